@@ -1,0 +1,33 @@
+"""Options and environment variables, read in one place.
+
+torch.compile(..., options={...}) keys: `debug` (int), `opt_level` (0-3, LLVM pipeline level),
+`device` ("cpu"), `fallback_whole_graph` (bool: run the FX graph eagerly, for bisecting).
+Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu.
+Options win over environment variables.
+"""
+from __future__ import annotations
+import os
+from dataclasses import dataclass, fields
+
+DEVICES = ("cpu",)
+
+
+@dataclass
+class Config:
+  debug: int = 0
+  opt_level: int = 3
+  device: str = "cpu"
+  fallback_whole_graph: bool = False
+
+  @staticmethod
+  def from_options(options: dict | None = None) -> Config:
+    cfg = Config(debug=int(os.environ.get("TORCH_UOP_DEBUG", "0") or 0),
+                 opt_level=int(os.environ.get("TORCH_UOP_OPT_LEVEL", "3") or 3),
+                 device=os.environ.get("TORCH_UOP_DEVICE", "cpu"))
+    known = {f.name for f in fields(Config)}
+    for k, v in (options or {}).items():
+      if k not in known: raise ValueError(f"torch_uop: unknown option {k!r}; known options: {sorted(known)}")
+      setattr(cfg, k, type(getattr(cfg, k))(v))
+    if cfg.device not in DEVICES: raise ValueError(f"torch_uop: device {cfg.device!r} is not available; choose from {DEVICES}")
+    if not 0 <= cfg.opt_level <= 3: raise ValueError(f"torch_uop: opt_level must be 0..3, got {cfg.opt_level}")
+    return cfg

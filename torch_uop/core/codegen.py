@@ -1,0 +1,175 @@
+"""Codegen: one scheduled kernel -> kernel UOp graph -> linear UOp program.
+
+`build_kernel` evaluates the kernel's tensor expression at symbolic loop indices: movement ops
+become index arithmetic (through ShapeTracker), realized nodes and inputs become LOADs,
+fused reductions become REDUCE over their own RANGEs, and the root becomes a STORE. The result is
+simplified with the symbolic rules. `linearize` orders that graph into one list: output loops,
+then for a reduction its accumulator, reduce loops, update and loop end, then the epilogue and store.
+Nothing here knows about LLVM or torch.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite
+from torch_uop.core.dtypes import DType, dtypes
+from torch_uop.core.shapetracker import contiguous_strides, unflatten
+from torch_uop.core.symbolic import symbolic
+from torch_uop.core.schedule import KernelItem
+
+IDX = dtypes.index
+
+
+def _c(v) -> UOp: return UOp.const(IDX, v)
+
+
+def reduce_identity(op: Ops, dtype: DType):
+  if op is Ops.ADD: return False if dtype.is_bool else 0
+  if op is Ops.MUL: return True if dtype.is_bool else 1
+  if op is Ops.MAX: return dtype.min()
+  if op is Ops.MIN: return dtype.max()
+  raise NotImplementedError(op)
+
+
+@dataclass
+class Kernel:
+  name: str
+  ast: UOp                 # SINK(STORE(...))
+  buffers: list            # slots in argument order; first is the output
+  buffer_dtypes: list
+  program: list            # linear UOps
+
+
+class _Evaluator:
+  def __init__(self, item: KernelItem):
+    self.item = item
+    self.args: dict[int, UOp] = {}  # slot -> DEFINE_GLOBAL
+    self.memo: dict = {}
+    self.reduce_ranges: tuple | None = None
+
+  def buf(self, slot: int, dtype: DType) -> UOp:
+    if slot not in self.args: self.args[slot] = UOp(Ops.DEFINE_GLOBAL, dtype, (), slot)
+    return self.args[slot]
+
+  def load(self, slot: int, dtype: DType, flat: UOp, gate: UOp) -> UOp:
+    src = (self.buf(slot, dtype), flat) if gate.op is Ops.CONST and gate.arg else (self.buf(slot, dtype), flat, gate)
+    return UOp(Ops.LOAD, dtype, src)
+
+  def eval(self, node: UOp, idxs: tuple, gate: UOp) -> UOp:
+    key = (node, idxs, gate)
+    if key in self.memo: return self.memo[key]
+    out = self._eval(node, idxs, gate)
+    self.memo[key] = out
+    return out
+
+  def _eval(self, node: UOp, idxs: tuple, gate: UOp) -> UOp:
+    slots = self.item.realized
+    if node is not self.item.root and node in slots:
+      if node.op is Ops.BUFFER: return self.load(slots[node], node.dtype, idxs[0], gate)
+      flat = _c(0)
+      for i, st in zip(idxs, contiguous_strides(node.shape)):
+        if st: flat = flat + i * _c(st)
+      return self.load(slots[node], node.dtype, flat, gate)
+    if node.op is Ops.CONST: return node
+    if node.op is Ops.VIEW:
+      flat, valid = node.arg.to_indexed(list(idxs))
+      flat, valid = _simplify(flat), _simplify(valid)
+      src = node.src[0]
+      inner_gate = _simplify(gate & valid)
+      if src.op is Ops.CONST: value = src
+      elif src in slots and src is not self.item.root and src.op is Ops.BUFFER:
+        value = self.load(slots[src], src.dtype, flat, inner_gate)
+      else:
+        src_idxs = tuple(_simplify(i) for i in unflatten(flat, src.shape))
+        value = self.eval(src, src_idxs, inner_gate)
+      if valid.op is Ops.CONST and valid.arg: return value
+      return valid.where(value, UOp.const(value.dtype, 0))
+    if node.op is Ops.REDUCE_AXIS:
+      op, axes = node.arg
+      if self.reduce_ranges is None:
+        self.reduce_ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (100 + a, "reduce")) for a in axes)
+        self.reduce_axes = axes
+      assert self.reduce_axes == axes, "scheduler fused reductions over different axes"
+      src_idxs = list(idxs)
+      for a, r in zip(axes, self.reduce_ranges): src_idxs[a] = r
+      value = self.eval(node.src[0], tuple(src_idxs), gate)
+      return UOp(Ops.REDUCE, node.dtype, (value, *self.reduce_ranges), op)
+    if node.op is Ops.GATHER:
+      x, index = node.src
+      dim = node.arg
+      i = self.eval(index, idxs, gate).cast(IDX)
+      size = _c(x.shape[dim])
+      i = (i < _c(0)).where(i + size, i)
+      i = i.maximum(_c(0)).minimum(size - _c(1))  # never read out of bounds, whatever the data
+      new = list(idxs)
+      new[dim] = i
+      return self.eval(x, tuple(new), gate)
+    if node.op is Ops.CONTIGUOUS: return self.eval(node.src[0], idxs, gate)
+    if node.op in ELEMENTWISE:
+      return node.replace(src=tuple(self.eval(s, idxs, gate) for s in node.src))
+    raise NotImplementedError(f"codegen cannot evaluate {node.op}")
+
+
+def _simplify(u: UOp) -> UOp: return graph_rewrite(u, symbolic)
+
+
+def build_kernel(item: KernelItem, name: str) -> Kernel:
+  ev = _Evaluator(item)
+  root = item.root
+  out_shape = root.shape
+  idxs = tuple(_c(0) if s == 1 else UOp(Ops.RANGE, IDX, (_c(s),), (d, "global")) for d, s in enumerate(out_shape))
+  out_buf = ev.buf(item.out_slot, root.dtype)
+  value = ev.eval(root, idxs, UOp.const(dtypes.bool, True))
+  flat = _c(0)
+  for i, st in zip(idxs, contiguous_strides(out_shape)):
+    if st: flat = flat + i * _c(st)
+  ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_buf, flat, value)),))
+  ast = graph_rewrite(ast, symbolic)
+  slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
+  return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], linearize(ast))
+
+
+def _ranges_of(u: UOp, cache: dict) -> frozenset:
+  """The loop ranges u depends on (a REDUCE hides the ranges it reduces over)."""
+  if u in cache: return cache[u]
+  if u.op is Ops.RANGE: r = frozenset([u])
+  elif u.op is Ops.REDUCE: r = _ranges_of(u.src[0], cache) - frozenset(u.src[1:])
+  else:
+    r = frozenset()
+    for s in u.src: r |= _ranges_of(s, cache)
+  cache[u] = r
+  return r
+
+
+def linearize(sink: UOp) -> list[UOp]:
+  """Order a kernel graph into a linear program with explicit loop structure."""
+  nodes = toposort([sink])
+  rcache: dict = {}
+  for n in nodes: _ranges_of(n, rcache)
+  reduces = [n for n in nodes if n.op is Ops.REDUCE]
+  reduce_ranges = list(reduces[0].src[1:]) if reduces else []
+  outer_ranges = sorted({r for n in nodes if n.op is Ops.RANGE for r in [n]} - set(reduce_ranges), key=lambda r: r.arg[0])
+  after_reduce: dict = {}
+
+  def depends_on_reduce(u: UOp) -> bool:
+    if u not in after_reduce: after_reduce[u] = u.op is Ops.REDUCE or any(depends_on_reduce(s) for s in u.src)
+    return after_reduce[u]
+
+  skip = {Ops.RANGE, Ops.SINK, Ops.CONST, Ops.DEFINE_GLOBAL}
+  program: list[UOp] = [n for n in nodes if n.op is Ops.DEFINE_GLOBAL]
+  program += outer_ranges
+  rset = set(reduce_ranges)
+  pre = [n for n in nodes if n.op not in skip and not depends_on_reduce(n) and not (rcache[n] & rset)]
+  inner = [n for n in nodes if n.op not in skip and not depends_on_reduce(n) and (rcache[n] & rset)]
+  post = [n for n in nodes if n.op not in skip and depends_on_reduce(n) and n.op is not Ops.REDUCE]
+  program += [n for n in pre if n.op is not Ops.STORE]
+  if reduces:
+    accs = [UOp(Ops.DEFINE_ACC, r.dtype, (r,)) for r in reduces]
+    program += accs
+    program += reduce_ranges
+    program += inner
+    program += [UOp(Ops.ASSIGN, r.dtype, (acc, r.src[0]), r.arg) for acc, r in zip(accs, reduces)]
+    program += [UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(reduce_ranges)]
+    program += reduces
+  program += post
+  program += [n for n in pre if n.op is Ops.STORE]
+  program += [UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(outer_ranges)]
+  return program

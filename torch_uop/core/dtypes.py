@@ -1,0 +1,93 @@
+"""Scalar data types of the UOp IR and their mapping to torch dtypes and LLVM types.
+
+Takes nothing; defines `DType`, the `dtypes` namespace and the torch <-> IR conversion helpers.
+Storage types and compute types can differ: bool is stored as one byte but computed as i1.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+import math
+import torch
+
+
+@dataclass(frozen=True, order=True)
+class DType:
+  name: str
+  itemsize: int
+  kind: str  # 'f' float, 'i' signed int, 'u' unsigned int, 'b' bool
+  priority: int = 0
+
+  def __repr__(self): return f"dtypes.{self.name}"
+
+  @property
+  def is_float(self) -> bool: return self.kind == 'f'
+  @property
+  def is_int(self) -> bool: return self.kind in 'iu'
+  @property
+  def is_unsigned(self) -> bool: return self.kind == 'u'
+  @property
+  def is_bool(self) -> bool: return self.kind == 'b'
+
+  def min(self):
+    if self.is_bool: return False
+    if self.is_float: return -math.inf
+    return 0 if self.is_unsigned else -(1 << (8 * self.itemsize - 1))
+
+  def max(self):
+    if self.is_bool: return True
+    if self.is_float: return math.inf
+    return (1 << (8 * self.itemsize)) - 1 if self.is_unsigned else (1 << (8 * self.itemsize - 1)) - 1
+
+
+class dtypes:
+  bool = DType("bool", 1, 'b', 0)
+  int8 = DType("int8", 1, 'i', 1)
+  uint8 = DType("uint8", 1, 'u', 2)
+  int16 = DType("int16", 2, 'i', 3)
+  int32 = DType("int32", 4, 'i', 5)
+  int64 = DType("int64", 8, 'i', 7)
+  float16 = DType("float16", 2, 'f', 9)
+  bfloat16 = DType("bfloat16", 2, 'f', 10)
+  float32 = DType("float32", 4, 'f', 11)
+  float64 = DType("float64", 8, 'f', 12)
+  # index arithmetic is always done in 64-bit integers
+  index = int64
+  void = DType("void", 0, 'v', -1)
+
+
+_TORCH_TO_IR = {
+  torch.bool: dtypes.bool, torch.int8: dtypes.int8, torch.uint8: dtypes.uint8, torch.int16: dtypes.int16,
+  torch.int32: dtypes.int32, torch.int64: dtypes.int64, torch.float16: dtypes.float16,
+  torch.bfloat16: dtypes.bfloat16, torch.float32: dtypes.float32, torch.float64: dtypes.float64,
+}
+_IR_TO_TORCH = {v: k for k, v in _TORCH_TO_IR.items()}
+
+
+class UnsupportedDType(NotImplementedError):
+  pass
+
+
+def from_torch(dt: torch.dtype) -> DType:
+  if dt not in _TORCH_TO_IR: raise UnsupportedDType(f"torch_uop has no IR dtype for {dt}")
+  return _TORCH_TO_IR[dt]
+
+
+def to_torch(dt: DType) -> torch.dtype: return _IR_TO_TORCH[dt]
+
+
+def python_type_dtype(value) -> DType:
+  """The IR dtype a bare Python scalar would take in a kernel (before any promotion)."""
+  if isinstance(value, bool): return dtypes.bool
+  if isinstance(value, int): return dtypes.int64
+  return dtypes.float64
+
+
+def cast_python_value(value, dt: DType):
+  """Normalize a Python constant to the Python type that matches dt."""
+  if dt.is_bool: return bool(value)
+  if dt.is_int:
+    v = int(value)
+    bits = 8 * dt.itemsize
+    v &= (1 << bits) - 1
+    if not dt.is_unsigned and v >= 1 << (bits - 1): v -= 1 << bits
+    return v
+  return float(value)

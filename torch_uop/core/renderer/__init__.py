@@ -1,0 +1,1 @@
+"""Renderers: a linear UOp program -> source text for one device (LLVM IR today)."""

@@ -1,0 +1,243 @@
+"""LLVM IR renderer: linear UOp program -> text of one LLVM function.
+
+The function takes one pointer per buffer (`ptr noalias`), in Kernel.buffers order. Loops are
+rendered with their counters and accumulators in allocas; LLVM's mem2reg/SROA turn them into
+phis, and its loop passes vectorize. Elementwise ops are table-driven: `_BINARY` for instructions,
+`MATH_FUNCTIONS` for intrinsics and libm calls. Bool is i1 in registers and i8 in memory.
+It does not compile or run anything.
+"""
+from __future__ import annotations
+import math
+import struct
+from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.dtypes import DType, dtypes
+from torch_uop.core.codegen import reduce_identity
+
+LLVM_TYPE = {
+  dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.int32: "i32",
+  dtypes.int64: "i64", dtypes.float16: "half", dtypes.bfloat16: "bfloat", dtypes.float32: "float",
+  dtypes.float64: "double",
+}
+_FSUFFIX = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "f32", dtypes.float64: "f64"}
+
+# name -> (llvm intrinsic base or None, libm name for double); float32 libm adds 'f'
+MATH_FUNCTIONS = {
+  "sqrt": ("llvm.sqrt", "sqrt"), "exp": ("llvm.exp", "exp"), "exp2": ("llvm.exp2", "exp2"),
+  "log": ("llvm.log", "log"), "log2": ("llvm.log2", "log2"), "log10": ("llvm.log10", "log10"),
+  "sin": ("llvm.sin", "sin"), "cos": ("llvm.cos", "cos"), "tan": (None, "tan"),
+  "abs": ("llvm.fabs", "fabs"), "floor": ("llvm.floor", "floor"), "ceil": ("llvm.ceil", "ceil"),
+  "trunc": ("llvm.trunc", "trunc"), "round": ("llvm.roundeven", "roundeven"),
+  "tanh": (None, "tanh"), "erf": (None, "erf"), "erfc": (None, "erfc"), "asin": (None, "asin"),
+  "acos": (None, "acos"), "atan": (None, "atan"), "sinh": (None, "sinh"), "cosh": (None, "cosh"),
+  "asinh": (None, "asinh"), "acosh": (None, "acosh"), "atanh": (None, "atanh"), "expm1": (None, "expm1"),
+  "log1p": (None, "log1p"), "lgamma": (None, "lgamma"), "cbrt": (None, "cbrt"),
+  "pow": ("llvm.pow", "pow"), "atan2": (None, "atan2"), "fmod": (None, "fmod"),
+  "copysign": ("llvm.copysign", "copysign"), "nextafter": (None, "nextafter"), "hypot": (None, "hypot"),
+}
+
+
+def _fconst(v: float, dt: DType) -> str:
+  if dt in (dtypes.float16, dtypes.bfloat16):
+    # LLVM wants half/bfloat constants as hex of the exact value in their own format
+    import torch
+    bits = torch.tensor([v], dtype=torch.float16 if dt == dtypes.float16 else torch.bfloat16).view(torch.int16).item() & 0xFFFF
+    return f"0x{'H' if dt == dtypes.float16 else 'R'}{bits:04X}"
+  if dt == dtypes.float32: v = struct.unpack("f", struct.pack("f", v))[0] if math.isfinite(v) else v
+  return "0x" + struct.pack(">d", v).hex().upper()
+
+
+def render_const(v, dt: DType) -> str:
+  if dt.is_bool: return "true" if v else "false"
+  if dt.is_int: return str(int(v))
+  return _fconst(float(v), dt)
+
+
+def _binary(op: Ops, dt: DType, a: str, b: str) -> str:
+  t = LLVM_TYPE[dt]
+  if dt.is_float:
+    ins = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.MOD: "frem"}.get(op)
+    if ins: return f"{ins} {t} {a}, {b}"
+    cmp = {Ops.CMPLT: "olt", Ops.CMPLE: "ole", Ops.CMPEQ: "oeq", Ops.CMPNE: "une"}.get(op)
+    if cmp: return f"fcmp {cmp} {t} {a}, {b}"
+    if op in (Ops.MAX, Ops.MIN):
+      return f"call {t} @llvm.{'maximum' if op is Ops.MAX else 'minimum'}.{_FSUFFIX[dt]}({t} {a}, {t} {b})"
+  else:
+    u = dt.is_unsigned or dt.is_bool
+    ins = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.IDIV: "udiv" if u else "sdiv",
+           Ops.MOD: "urem" if u else "srem", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor", Ops.SHL: "shl",
+           Ops.SHR: "lshr" if u else "ashr"}.get(op)
+    if dt.is_bool and op in (Ops.ADD, Ops.MAX): ins = "or"
+    if dt.is_bool and op in (Ops.MUL, Ops.MIN): ins = "and"
+    if ins: return f"{ins} {t} {a}, {b}"
+    cmp = {Ops.CMPLT: "ult" if u else "slt", Ops.CMPLE: "ule" if u else "sle", Ops.CMPEQ: "eq", Ops.CMPNE: "ne"}.get(op)
+    if cmp: return f"icmp {cmp} {t} {a}, {b}"
+    if op in (Ops.MAX, Ops.MIN):
+      name = ("u" if u else "s") + ("max" if op is Ops.MAX else "min")
+      return f"call {t} @llvm.{name}.{t}({t} {a}, {t} {b})"
+  raise NotImplementedError(f"LLVM renderer: {op} on {dt}")
+
+
+def _cast(src: DType, dst: DType, x: str) -> str:
+  ts, td = LLVM_TYPE[src], LLVM_TYPE[dst]
+  if src == dst: return f"bitcast {ts} {x} to {td}" if ts == td else None
+  if dst.is_bool:
+    return f"fcmp une {ts} {x}, {_fconst(0.0, src)}" if src.is_float else f"icmp ne {ts} {x}, 0"
+  if src.is_float and dst.is_float:
+    return f"{'fpext' if src.itemsize < dst.itemsize or (src, dst) == (dtypes.bfloat16, dtypes.float16) else 'fptrunc'} {ts} {x} to {td}"
+  if src.is_float: return f"{'fptoui' if dst.is_unsigned else 'fptosi'} {ts} {x} to {td}"
+  if dst.is_float: return f"{'uitofp' if src.is_unsigned or src.is_bool else 'sitofp'} {ts} {x} to {td}"
+  if src.itemsize == dst.itemsize and not src.is_bool: return f"bitcast {ts} {x} to {td}"
+  if dst.itemsize < src.itemsize and not src.is_bool: return f"trunc {ts} {x} to {td}"
+  return f"{'zext' if src.is_unsigned or src.is_bool else 'sext'} {ts} {x} to {td}"
+
+
+class _Function:
+  def __init__(self, name: str):
+    self.name = name
+    self.lines: list[str] = []
+    self.allocas: list[str] = []
+    self.declares: set[str] = set()
+    self.names: dict[UOp, str] = {}
+    self.counter = 0
+
+  def tmp(self) -> str:
+    self.counter += 1
+    return f"%t{self.counter}"
+
+  def emit(self, line: str): self.lines.append("  " + line)
+  def label(self, name: str): self.lines.append(f"{name}:")
+
+  def value(self, u: UOp) -> str:
+    if u.op is Ops.CONST: return render_const(u.arg, u.dtype)
+    return self.names[u]
+
+  def declare(self, sig: str): self.declares.add(sig)
+
+
+def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
+  f = _Function(name)
+  arg_of = {slot: i for i, slot in enumerate(buffer_slots)}
+  loops: dict[UOp, str] = {}
+  accs: dict[UOp, str] = {}
+  for u in program:
+    op = u.op
+    if op is Ops.DEFINE_GLOBAL:
+      f.names[u] = f"%b{arg_of[u.arg]}"
+    elif op is Ops.RANGE:
+      lid = f"r{len(loops)}"
+      loops[u] = lid
+      f.allocas.append(f"%{lid}.addr = alloca i64")
+      f.emit(f"store i64 0, ptr %{lid}.addr")
+      f.emit(f"br label %{lid}.cond")
+      f.label(f"{lid}.cond")
+      f.names[u] = f"%{lid}"
+      f.emit(f"%{lid} = load i64, ptr %{lid}.addr")
+      f.emit(f"%{lid}.c = icmp slt i64 %{lid}, {f.value(u.src[0])}")
+      f.emit(f"br i1 %{lid}.c, label %{lid}.body, label %{lid}.exit")
+      f.label(f"{lid}.body")
+    elif op is Ops.ENDRANGE:
+      lid = loops[u.src[0]]
+      f.emit(f"%{lid}.next = add nsw i64 %{lid}, 1")
+      f.emit(f"store i64 %{lid}.next, ptr %{lid}.addr")
+      f.emit(f"br label %{lid}.cond, !llvm.loop !0")
+      f.label(f"{lid}.exit")
+    elif op is Ops.DEFINE_ACC:
+      red = u.src[0]
+      t = LLVM_TYPE[u.dtype]
+      a = f"%acc{len(accs)}"
+      accs[red] = a
+      f.allocas.append(f"{a} = alloca {t}")
+      f.emit(f"store {t} {render_const(reduce_identity(red.arg, u.dtype), u.dtype)}, ptr {a}")
+    elif op is Ops.ASSIGN:
+      acc_def, val = u.src
+      a = accs[acc_def.src[0]]
+      t = LLVM_TYPE[u.dtype]
+      old, new = f.tmp(), f.tmp()
+      f.emit(f"{old} = load {t}, ptr {a}")
+      f.emit(f"{new} = {_binary(u.arg, u.dtype, old, f.value(val))}")
+      f.emit(f"store {t} {new}, ptr {a}")
+      _maybe_declare_minmax(f, u.arg, u.dtype)
+    elif op is Ops.REDUCE:
+      r = f.tmp()
+      f.emit(f"{r} = load {LLVM_TYPE[u.dtype]}, ptr {accs[u]}")
+      f.names[u] = r
+    elif op is Ops.LOAD:
+      buf, idx = f.value(u.src[0]), f.value(u.src[1])
+      if len(u.src) == 3:
+        safe = f.tmp()
+        f.emit(f"{safe} = select i1 {f.value(u.src[2])}, i64 {idx}, i64 0")
+        idx = safe
+      ptr, val = f.tmp(), f.tmp()
+      mem_t = "i8" if u.dtype.is_bool else LLVM_TYPE[u.dtype]
+      f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {buf}, i64 {idx}")
+      f.emit(f"{val} = load {mem_t}, ptr {ptr}")
+      if u.dtype.is_bool:
+        b = f.tmp()
+        f.emit(f"{b} = icmp ne i8 {val}, 0")
+        val = b
+      f.names[u] = val
+    elif op is Ops.STORE:
+      buf, idx, val = u.src
+      v = f.value(val)
+      mem_t = LLVM_TYPE[val.dtype]
+      if val.dtype.is_bool:
+        z = f.tmp()
+        f.emit(f"{z} = zext i1 {v} to i8")
+        v, mem_t = z, "i8"
+      ptr = f.tmp()
+      f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {f.value(buf)}, i64 {f.value(idx)}")
+      f.emit(f"store {mem_t} {v}, ptr {ptr}")
+    else:
+      f.names[u] = _render_alu(f, u)
+  body = "\n".join(f.lines)
+  allocas = "\n".join("  " + a for a in f.allocas)
+  args = ", ".join(f"ptr noalias %b{i}" for i in range(len(buffer_slots)))
+  decls = "\n".join(sorted(f.declares))
+  return (f"{decls}\n\ndefine void @{name}({args}) #0 {{\nentry:\n{allocas}\n  br label %start\nstart:\n{body}\n"
+          f"  ret void\n}}\n\nattributes #0 = {{ nounwind }}\n"
+          f"!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.mustprogress\"}}\n")
+
+
+def _maybe_declare_minmax(f: _Function, op: Ops, dt: DType):
+  if op not in (Ops.MAX, Ops.MIN) or dt.is_bool: return
+  t = LLVM_TYPE[dt]
+  if dt.is_float: name = f"llvm.{'maximum' if op is Ops.MAX else 'minimum'}.{_FSUFFIX[dt]}"
+  else: name = f"llvm.{'u' if dt.is_unsigned else 's'}{'max' if op is Ops.MAX else 'min'}.{t}"
+  f.declare(f"declare {t} @{name}({t}, {t})")
+
+
+def _render_alu(f: _Function, u: UOp) -> str:
+  out = f.tmp()
+  op, dt = u.op, u.dtype
+  vals = [f.value(s) for s in u.src]
+  if op is Ops.WHERE:
+    t = LLVM_TYPE[dt]
+    f.emit(f"{out} = select i1 {vals[0]}, {t} {vals[1]}, {t} {vals[2]}")
+  elif op is Ops.CAST:
+    line = _cast(u.src[0].dtype, dt, vals[0])
+    if line is None: return vals[0]
+    f.emit(f"{out} = {line}")
+  elif op is Ops.BITCAST:
+    f.emit(f"{out} = bitcast {LLVM_TYPE[u.src[0].dtype]} {vals[0]} to {LLVM_TYPE[dt]}")
+  elif op is Ops.NEG:
+    t = LLVM_TYPE[dt]
+    f.emit(f"{out} = fneg {t} {vals[0]}" if dt.is_float else f"{out} = sub {t} 0, {vals[0]}")
+  elif op is Ops.RECIP:
+    f.emit(f"{out} = fdiv {LLVM_TYPE[dt]} {_fconst(1.0, dt)}, {vals[0]}")
+  elif op is Ops.NOT:
+    f.emit(f"{out} = xor {LLVM_TYPE[dt]} {vals[0]}, {'true' if dt.is_bool else -1}")
+  elif op is Ops.MATH:
+    t = LLVM_TYPE[dt]
+    intrinsic, libm = MATH_FUNCTIONS[u.arg]
+    if intrinsic is not None: fn = f"{intrinsic}.{_FSUFFIX[dt]}"
+    elif dt == dtypes.float64: fn = libm
+    elif dt == dtypes.float32: fn = libm + "f"
+    else: raise NotImplementedError(f"{u.arg} on {dt}: lowering computes half types in float32")
+    f.declare(f"declare {t} @{fn}({', '.join([t] * len(vals))})")
+    f.emit(f"{out} = call {t} @{fn}({', '.join(f'{t} {v}' for v in vals)})")
+  elif op in (Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE):
+    f.emit(f"{out} = {_binary(op, u.src[0].dtype, vals[0], vals[1])}")
+  else:
+    _maybe_declare_minmax(f, op, dt)
+    f.emit(f"{out} = {_binary(op, dt, vals[0], vals[1])}")
+  return out

@@ -1,0 +1,120 @@
+"""Scheduler: cut the tensor graph into kernels.
+
+Takes the tensor-level UOp graph (the roots that must exist in memory: graph outputs and inputs of
+fallback steps) and decides which nodes are realized into buffers. Everything else is fused:
+elementwise chains inline into their consumer, movement ops become index maps, and an elementwise
+prologue and epilogue fuse into their reduction. A reduction is realized on its own when its result
+is read through a movement op (e.g. broadcast back, as in softmax), nested in another reduction,
+reduced over a different domain than the kernel's other reductions, or read by several kernels.
+
+Returns an ordered list of `KernelItem` / `FallbackItem` steps and the buffer table. It does not
+generate code (codegen.py does) or touch memory (the executor does).
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort
+from torch_uop.core.dtypes import DType
+
+
+@dataclass
+class BufferInfo:
+  slot: int
+  shape: tuple
+  dtype: DType
+  kind: str  # 'input', 'intermediate', 'fallback'
+
+
+@dataclass
+class KernelItem:
+  root: UOp
+  out_slot: int
+  realized: dict  # node -> slot, for every realized node this kernel may read
+
+
+@dataclass
+class FallbackItem:
+  node: UOp   # the FALLBACK node; node.arg is the FallbackOp
+  in_slots: list
+  out_slots: list
+
+
+@dataclass
+class Schedule:
+  items: list
+  buffers: dict = field(default_factory=dict)  # slot -> BufferInfo
+  node_slot: dict = field(default_factory=dict)  # realized tensor node -> slot
+
+
+def _is_buffer(u: UOp) -> bool: return u.op is Ops.BUFFER
+
+
+def _kernel_reduces(root: UOp, realized: set) -> tuple[list, set]:
+  """Walk one kernel's region. Returns the reductions it would fuse and those that must be realized."""
+  fused, must_realize = [], set()
+  stack = [(root, False, False)]
+  seen = set()
+  while stack:
+    node, under_view, under_reduce = stack.pop()
+    if (node, under_view, under_reduce) in seen: continue
+    seen.add((node, under_view, under_reduce))
+    if node is not root and (node in realized or _is_buffer(node)): continue
+    if node.op is Ops.REDUCE_AXIS and node is not root:
+      if under_view or under_reduce: must_realize.add(node); continue
+      if node not in fused: fused.append(node)
+      stack.append((node.src[0], False, True))
+      continue
+    if node.op is Ops.REDUCE_AXIS:  # the root itself reduces
+      if node not in fused: fused.append(node)
+      stack.append((node.src[0], False, True))
+      continue
+    if node.op is Ops.VIEW:
+      stack.append((node.src[0], True, under_reduce)); continue
+    if node.op is Ops.GATHER:
+      stack.append((node.src[0], True, under_reduce)); stack.append((node.src[1], under_view, under_reduce)); continue
+    for s in node.src: stack.append((s, under_view, under_reduce))
+  return fused, must_realize
+
+
+def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict) -> Schedule:
+  """roots: tensor nodes that must be in memory. input_slots: BUFFER node -> slot (given by the caller)."""
+  nodes = toposort(roots)
+  realized: set = set(r for r in roots if not _is_buffer(r))
+  for n in nodes:
+    if n.op is Ops.FALLBACK: realized.update(s for s in n.src if not _is_buffer(s))
+    if n.op is Ops.CONTIGUOUS: realized.add(n)
+  # fixpoint: realize reductions that cannot be fused where they are read
+  while True:
+    reach_count: dict = {}
+    new = set()
+    for r in [n for n in nodes if n in realized]:
+      fused, must = _kernel_reduces(r, realized)
+      new |= must
+      if fused:
+        domain = (fused[0].src[0].shape, fused[0].arg[1])
+        for f in fused[1:]:
+          if (f.src[0].shape, f.arg[1]) != domain: new.add(f)
+      for f in fused:
+        if f is not r: reach_count[f] = reach_count.get(f, 0) + 1
+    new |= {f for f, c in reach_count.items() if c > 1}
+    new -= realized
+    if not new: break
+    realized |= new
+
+  sched = Schedule(items=[])
+  slot = first_free_slot
+  for n in nodes:
+    if _is_buffer(n):
+      s = input_slots[n]
+      sched.node_slot[n] = s
+      sched.buffers[s] = BufferInfo(s, n.shape, n.dtype, 'fallback' if n.src else 'input')
+  for n in nodes:
+    if n.op is Ops.FALLBACK:
+      outs = [b for b in nodes if _is_buffer(b) and b.src and b.src[0] is n]
+      outs.sort(key=lambda b: b.arg[0])
+      sched.items.append(FallbackItem(n, [sched.node_slot[s] for s in n.src], [sched.node_slot[b] for b in outs]))
+    elif n in realized and not _is_buffer(n):
+      sched.node_slot[n] = slot
+      sched.buffers[slot] = BufferInfo(slot, n.shape, n.dtype, 'intermediate')
+      sched.items.append(KernelItem(n, slot, sched.node_slot))
+      slot += 1
+  return sched

@@ -1,0 +1,225 @@
+"""Symbolic integer algebra for index math: value bounds and the simplifying rewrite rules.
+
+`bounds(u)` gives (vmin, vmax) of an integer/bool UOp from its loop ranges and constants.
+`symbolic` is a PatternMatcher that folds constants, removes identities and simplifies div/mod
+using those bounds, so views compose into the short index expressions a person would write.
+It only rewrites integer and boolean arithmetic (floats are left exactly as lowering built them).
+"""
+from __future__ import annotations
+import math
+from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, graph_rewrite
+from torch_uop.core.dtypes import dtypes
+
+_INF = math.inf
+
+
+def bounds(u: UOp):
+  """Smallest and largest value u can take (conservative)."""
+  if u.op is Ops.CONST: return u.arg, u.arg
+  if u.dtype.is_float: return -_INF, _INF
+  lo_t, hi_t = u.dtype.min(), u.dtype.max()
+  if u.op is Ops.RANGE:
+    size = u.src[0]
+    return 0, size.vmax - 1
+  if u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.MIN, Ops.IDIV, Ops.MOD) and len(u.src) == 2:
+    (a0, a1), (b0, b1) = u.src[0]._bounds(), u.src[1]._bounds()
+    if u.op is Ops.ADD: return a0 + b0, a1 + b1
+    if u.op is Ops.SUB: return a0 - b1, a1 - b0
+    if u.op is Ops.MUL:
+      vals = [x * y for x in (a0, a1) for y in (b0, b1) if not (math.isinf(x) or math.isinf(y))]
+      if len(vals) == 4: return min(vals), max(vals)
+    if u.op is Ops.MAX: return max(a0, b0), max(a1, b1)
+    if u.op is Ops.MIN: return min(a0, b0), min(a1, b1)
+    if u.op is Ops.IDIV and b0 == b1 and b0 > 0 and a0 >= 0: return a0 // b0, a1 // b0
+    if u.op is Ops.MOD and b0 == b1 and b0 > 0:
+      if a0 >= 0: return (a0, a1) if a1 < b0 else (0, b0 - 1)
+      return -(b0 - 1), b0 - 1
+  if u.op is Ops.CAST and u.src[0].dtype.is_int | u.src[0].dtype.is_bool:
+    lo, hi = u.src[0]._bounds()
+    if lo >= lo_t and hi <= hi_t: return lo, hi
+  if u.op is Ops.WHERE:
+    (a0, a1), (b0, b1) = u.src[1]._bounds(), u.src[2]._bounds()
+    return min(a0, b0), max(a1, b1)
+  if u.dtype.is_bool and u.op in (Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE):
+    (a0, a1), (b0, b1) = u.src[0]._bounds(), u.src[1]._bounds()
+    if u.op is Ops.CMPLT: return (a1 < b0, a0 < b1)
+    if u.op is Ops.CMPLE: return (a1 <= b0, a0 <= b1)
+    if u.op is Ops.CMPNE and (a1 < b0 or b1 < a0): return True, True
+    if u.op is Ops.CMPEQ and (a1 < b0 or b1 < a0): return False, False
+    return False, True
+  if u.op is Ops.AND and u.dtype.is_bool:
+    (a0, a1), (b0, b1) = u.src[0]._bounds(), u.src[1]._bounds()
+    return a0 and b0, a1 and b1
+  return lo_t, hi_t
+
+
+def _is_index(u: UOp) -> bool: return u.dtype.is_int or u.dtype.is_bool
+
+
+def _fold(op: Ops, a, b):
+  if op is Ops.ADD: return a + b
+  if op is Ops.SUB: return a - b
+  if op is Ops.MUL: return a * b
+  if op is Ops.MAX: return max(a, b)
+  if op is Ops.MIN: return min(a, b)
+  if op is Ops.IDIV: return None if b == 0 else int(a / b) if abs(a) < 2**52 and abs(b) < 2**52 else None
+  if op is Ops.MOD: return None if b == 0 else a - b * int(a / b) if abs(a) < 2**52 and abs(b) < 2**52 else None
+  if op is Ops.CMPLT: return a < b
+  if op is Ops.CMPLE: return a <= b
+  if op is Ops.CMPEQ: return a == b
+  if op is Ops.CMPNE: return a != b
+  if op is Ops.AND: return a & b if not isinstance(a, bool) else (a and b)
+  if op is Ops.OR: return a | b if not isinstance(a, bool) else (a or b)
+  return None
+
+
+def _const_fold(x: UOp):
+  if not _is_index(x) or not all(s.op is Ops.CONST for s in x.src): return None
+  if len(x.src) == 2:
+    v = _fold(x.op, x.src[0].arg, x.src[1].arg)
+    return None if v is None else UOp.const(x.dtype, v)
+  if x.op is Ops.WHERE: return x.src[1] if x.src[0].arg else x.src[2]
+  if x.op is Ops.CAST and x.dtype.is_int: return UOp.const(x.dtype, x.src[0].arg)
+  if x.op is Ops.NEG: return UOp.const(x.dtype, -x.src[0].arg)
+  return None
+
+
+def _bounds_fold(x: UOp):
+  """A value whose bounds collapse to one number is that number."""
+  if not _is_index(x) or x.op is Ops.CONST or x.op in (Ops.LOAD, Ops.RANGE): return None
+  lo, hi = x.vmin, x.vmax
+  if lo == hi and not isinstance(lo, float): return UOp.const(x.dtype, lo)
+  return None
+
+
+def _split_terms(x: UOp) -> list[UOp]:
+  return _split_terms(x.src[0]) + _split_terms(x.src[1]) if x.op is Ops.ADD else [x]
+
+
+def _factor(t: UOp):
+  """term -> (coefficient, base) with base None for constants."""
+  if t.op is Ops.CONST: return t.arg, None
+  if t.op is Ops.MUL and t.src[1].op is Ops.CONST: return t.src[1].arg, t.src[0]
+  return 1, t
+
+
+def _sum_terms(terms: list[tuple[int, UOp | None]], dtype) -> UOp:
+  out = None
+  const = sum(c for c, b in terms if b is None)
+  for c, b in terms:
+    if b is None or c == 0: continue
+    t = b if c == 1 else b * UOp.const(dtype, c)
+    out = t if out is None else out + t
+  if out is None: return UOp.const(dtype, const)
+  return out if const == 0 else out + UOp.const(dtype, const)
+
+
+def _combine_terms(x: UOp):
+  """Flatten a sum, merge like terms and constants: (a*2 + 3) + (a + 1) -> a*3 + 4."""
+  if not x.dtype.is_int: return None
+  terms = _split_terms(x)
+  if len(terms) < 2: return None
+  merged: dict = {}
+  order = []
+  for t in terms:
+    c, b = _factor(t)
+    if b not in merged: order.append(b); merged[b] = 0
+    merged[b] += c
+  combined = [(merged[b], b) for b in order]
+  new = _sum_terms(combined, x.dtype)
+  # only accept if it's a real simplification
+  return new if len([1 for c, b in combined if c != 0]) < len(terms) or (None in merged and order[-1] is not None) and new is not x else None
+
+
+def _div_mod_by_const(x: UOp, c: UOp, is_mod: bool):
+  """Simplify x // c and x % c for c > 0 and x >= 0 by pulling out multiples of c."""
+  if not x.dtype.is_int: return None
+  d = c.arg
+  if d <= 0 or x.vmin < 0: return None
+  if d == 1: return UOp.const(x.dtype, 0) if is_mod else x
+  if x.vmax < d: return x if is_mod else UOp.const(x.dtype, 0)
+  terms = [_factor(t) for t in _split_terms(x)]
+  quotient, rest = [], []
+  for coef, base in terms:
+    if coef % d == 0: quotient.append((coef // d, base))
+    else: rest.append((coef, base))
+  if not quotient:
+    # (a % (d*k)) % d -> a % d ;  (a // k) // d -> a // (k*d)
+    if len(terms) == 1 and x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % d == 0 and is_mod:
+      return x.src[0] % c
+    if len(terms) == 1 and x.op is Ops.IDIV and x.src[1].op is Ops.CONST and not is_mod and x.src[0].vmin >= 0:
+      return x.src[0] // UOp.const(x.dtype, x.src[1].arg * d)
+    # gcd: (a*4 + b*8) // 2 ... handled only when all coefficients share a factor with d
+    g = d
+    for coef, base in terms: g = math.gcd(g, coef)
+    if g > 1 and not is_mod:
+      inner = _sum_terms([(coef // g, base) for coef, base in terms], x.dtype)
+      return inner // UOp.const(x.dtype, d // g)
+    return None
+  rest_sum = _sum_terms(rest, x.dtype) if rest else UOp.const(x.dtype, 0)
+  if rest_sum.vmin < 0: return None
+  if is_mod: return rest_sum % c
+  return _sum_terms(quotient, x.dtype) + rest_sum // c
+
+
+def _recombine_div_mod(x: UOp):
+  """(a // c) * c + a % c -> a, in any term order of a sum."""
+  if not x.dtype.is_int: return None
+  terms = _split_terms(x)
+  if len(terms) < 2: return None
+  for i, t in enumerate(terms):
+    if t.op is not Ops.MOD or t.src[1].op is not Ops.CONST: continue
+    a, c = t.src[0], t.src[1].arg
+    for j, t2 in enumerate(terms):
+      coef, base = _factor(t2)
+      if j != i and base is not None and base.op is Ops.IDIV and base.src[0] is a and base.src[1].op is Ops.CONST \
+         and base.src[1].arg == c and coef == c:
+        rest = [u for k, u in enumerate(terms) if k not in (i, j)]
+        out = a
+        for r in rest: out = out + r
+        return out
+  return None
+
+
+def _mul_assoc(x: UOp, c1: UOp, c2: UOp):
+  return x * UOp.const(x.dtype, c1.arg * c2.arg) if x.dtype.is_int else None
+
+
+def _distribute_const_mul(a: UOp, b: UOp, c: UOp):
+  return (a * c + b * c) if a.dtype.is_int else None
+
+
+def _lt_const(x: UOp, c: UOp):
+  # bounds already folded the decided cases; (a*k + b) < c with small b -> a < ceil(c/k) when b in [0,k)
+  if not x.dtype.is_int or x.op is not Ops.ADD: return None
+  terms = [_factor(t) for t in _split_terms(x)]
+  return None
+
+
+symbolic = PatternMatcher([
+  (UPat(name="x"), _bounds_fold),
+  (UPat({Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.MIN, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE,
+         Ops.AND, Ops.OR, Ops.WHERE, Ops.CAST, Ops.NEG}, name="x"), _const_fold),
+  # identities on integers/bools
+  (UPat(Ops.ADD, src=[UPat.var("x"), UPat.cvar("c")]), lambda x, c: x if c.arg == 0 and _is_index(x) else None),
+  (UPat(Ops.MUL, src=[UPat.var("x"), UPat.cvar("c")]),
+   lambda x, c: (x if c.arg == 1 else UOp.const(x.dtype, 0) if c.arg == 0 else None) if _is_index(x) else None),
+  (UPat(Ops.SUB, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x + UOp.const(x.dtype, -c.arg) if x.dtype.is_int else None),
+  (UPat(Ops.SUB, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x + y * UOp.const(x.dtype, -1) if x.dtype.is_int else None),
+  # canonical order: constants on the right
+  (UPat(Ops.ADD, src=(UPat.cvar("c"), UPat.var("x"))), lambda c, x: x + c if x.op is not Ops.CONST else None),
+  (UPat(Ops.MUL, src=(UPat.cvar("c"), UPat.var("x"))), lambda c, x: x * c if x.op is not Ops.CONST and _is_index(x) else None),
+  ((UPat.var("x") * UPat.cvar("c1")) * UPat.cvar("c2"), _mul_assoc),
+  (UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("a"), UPat.var("b"))), UPat.cvar("c"))), _distribute_const_mul),
+  (UPat(Ops.ADD, name="x"), _combine_terms),
+  (UPat(Ops.ADD, name="x"), _recombine_div_mod),
+  (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: _div_mod_by_const(x, c, False)),
+  (UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: _div_mod_by_const(x, c, True)),
+  # boolean identities
+  (UPat(Ops.AND, src=[UPat.var("x"), UPat.cvar("c")]), lambda x, c: (x if c.arg else c) if x.dtype.is_bool else None),
+  (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
+  (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("b"))), lambda a, b: a if a is b else None),
+])
+
+
+def simplify(u: UOp) -> UOp: return graph_rewrite(u, symbolic)

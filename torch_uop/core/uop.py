@@ -1,0 +1,282 @@
+"""The UOp IR: `Ops`, immutable hash-consed `UOp` nodes, and the one rewrite engine.
+
+A UOp is `(op, dtype, src, arg)`. Two UOps built from equal parts are the same Python object, so
+graphs share structure and identity comparison is equality. The same node type serves three levels:
+the tensor graph built by lowering (BUFFER, VIEW, REDUCE_AXIS, ...), the kernel graph built by
+codegen (DEFINE_GLOBAL, RANGE, LOAD, STORE, REDUCE, ...) and the linear program the renderers read.
+
+`UPat` describes a shape of graph, `PatternMatcher` maps patterns to rewrite functions, and
+`graph_rewrite` applies a matcher bottom-up until nothing changes. Every simplification and lowering
+step in core/ is written with these; nothing here knows about torch.
+"""
+from __future__ import annotations
+import enum
+import math
+import struct
+import weakref
+from typing import Any, Callable, Iterable
+from torch_uop.core.dtypes import DType, dtypes, cast_python_value
+
+
+class Ops(enum.Enum):
+  # tensor level
+  BUFFER = enum.auto()        # a flat input/intermediate buffer; arg=(slot, numel)
+  VIEW = enum.auto()          # movement op; arg=ShapeTracker mapping its shape onto src's flat index
+  REDUCE_AXIS = enum.auto()   # arg=(reduce op, axes)
+  GATHER = enum.auto()        # out[i] = src[i with i[dim] := index[i]]; src=(x, index), arg=dim
+  CONTIGUOUS = enum.auto()    # force the source to be realized into its own buffer
+  # kernel level
+  DEFINE_GLOBAL = enum.auto()  # kernel argument pointer; arg=slot
+  RANGE = enum.auto()          # loop variable; src=(size,), arg=(axis id, kind)
+  LOAD = enum.auto()           # src=(buffer, index[, valid])
+  STORE = enum.auto()          # src=(buffer, index, value)
+  REDUCE = enum.auto()         # src=(value, *ranges), arg=reduce op
+  SINK = enum.auto()           # groups stores
+  FALLBACK = enum.auto()       # an ATen op run by torch between kernels; arg=FallbackOp, src=its tensor inputs
+  # linear program only
+  DEFINE_ACC = enum.auto()     # accumulator of a REDUCE; src=(reduce,)
+  ASSIGN = enum.auto()         # acc = reduce_op(acc, value); src=(acc, value)
+  ENDRANGE = enum.auto()       # closes the loop of src[0]
+  # leaves
+  CONST = enum.auto()
+  # elementwise
+  CAST = enum.auto()
+  BITCAST = enum.auto()
+  NEG = enum.auto(); RECIP = enum.auto(); NOT = enum.auto()
+  MATH = enum.auto()           # named libm/intrinsic function; arg=name ('exp', 'sin', 'pow', ...)
+  ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); FDIV = enum.auto()
+  IDIV = enum.auto(); MOD = enum.auto()   # C semantics: truncating division and its remainder
+  MAX = enum.auto(); MIN = enum.auto()    # NaN-propagating on floats
+  CMPLT = enum.auto(); CMPLE = enum.auto(); CMPEQ = enum.auto(); CMPNE = enum.auto()
+  AND = enum.auto(); OR = enum.auto(); XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto()
+  WHERE = enum.auto()
+
+
+UNARY = {Ops.NEG, Ops.RECIP, Ops.NOT, Ops.CAST, Ops.BITCAST}
+BINARY = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.MIN, Ops.CMPLT, Ops.CMPLE,
+          Ops.CMPEQ, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
+COMPARISON = {Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE}
+COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.MIN, Ops.CMPEQ, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
+ELEMENTWISE = UNARY | BINARY | {Ops.WHERE, Ops.MATH}
+
+
+def _const_key(arg):
+  # -0.0 == 0.0 and True == 1 in Python; constants must still stay distinct
+  if isinstance(arg, float): return ('f', struct.pack('<d', arg))
+  return (type(arg).__name__, arg)
+
+
+class _UOpMeta(type):
+  cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
+    key = (op, dtype, tuple(map(id, src)), _const_key(arg) if op is Ops.CONST else arg)
+    if (hit := _UOpMeta.cache.get(key)) is not None: return hit
+    node = super().__call__(op, dtype, src, arg)
+    _UOpMeta.cache[key] = node
+    return node
+
+
+class UOp(metaclass=_UOpMeta):
+  __slots__ = ("op", "dtype", "src", "arg", "_props", "__weakref__")
+
+  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
+    self.op, self.dtype, self.src, self.arg = op, dtype, tuple(src), arg
+    self._props: dict = {}
+
+  def __reduce__(self): return UOp, (self.op, self.dtype, self.src, self.arg)
+  def __repr__(self): return pretty(self)
+
+  def replace(self, **kw) -> UOp:
+    return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
+
+  # ---- constructors
+  @staticmethod
+  def const(dtype: DType, value) -> UOp: return UOp(Ops.CONST, dtype, (), cast_python_value(value, dtype))
+  def const_like(self, value) -> UOp: return UOp.const(self.dtype, value)
+  def alu(self, op: Ops, *others: UOp, arg=None) -> UOp:
+    out_dtype = dtypes.bool if op in COMPARISON else self.dtype
+    return UOp(op, out_dtype, (self, *others), arg)
+  def cast(self, dtype: DType) -> UOp: return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+  def where(self, a: UOp, b: UOp) -> UOp: return UOp(Ops.WHERE, a.dtype, (self, a, b))
+  def math(self, name: str, *others: UOp) -> UOp: return UOp(Ops.MATH, self.dtype, (self, *others), name)
+
+  def _lift(self, x) -> UOp: return x if isinstance(x, UOp) else UOp.const(self.dtype, x)
+  def __add__(self, x): return self.alu(Ops.ADD, self._lift(x))
+  def __radd__(self, x): return self._lift(x).alu(Ops.ADD, self)
+  def __sub__(self, x): return self.alu(Ops.SUB, self._lift(x))
+  def __rsub__(self, x): return self._lift(x).alu(Ops.SUB, self)
+  def __mul__(self, x): return self.alu(Ops.MUL, self._lift(x))
+  def __rmul__(self, x): return self._lift(x).alu(Ops.MUL, self)
+  def __floordiv__(self, x): return self.alu(Ops.IDIV, self._lift(x))  # only used on non-negative indices
+  def __mod__(self, x): return self.alu(Ops.MOD, self._lift(x))
+  def __neg__(self): return UOp(Ops.NEG, self.dtype, (self,))
+  def __lt__(self, x): return self.alu(Ops.CMPLT, self._lift(x))
+  def __le__(self, x): return self.alu(Ops.CMPLE, self._lift(x))
+  def __and__(self, x): return self.alu(Ops.AND, self._lift(x))
+  def __or__(self, x): return self.alu(Ops.OR, self._lift(x))
+  def ne(self, x): return self.alu(Ops.CMPNE, self._lift(x))
+  def eq(self, x): return self.alu(Ops.CMPEQ, self._lift(x))
+  def maximum(self, x): return self.alu(Ops.MAX, self._lift(x))
+  def minimum(self, x): return self.alu(Ops.MIN, self._lift(x))
+  __hash__ = object.__hash__
+  __eq__ = object.__eq__
+
+  # ---- graph helpers
+  def toposort(self) -> list[UOp]: return toposort([self])
+
+  @property
+  def vmin(self): return self._bounds()[0]
+  @property
+  def vmax(self): return self._bounds()[1]
+
+  def _bounds(self):
+    if "bounds" not in self._props:
+      from torch_uop.core.symbolic import bounds
+      self._props["bounds"] = bounds(self)
+    return self._props["bounds"]
+
+  @property
+  def shape(self) -> tuple:
+    """Shape of a tensor-level node."""
+    if "shape" not in self._props: self._props["shape"] = _tensor_shape(self)
+    return self._props["shape"]
+
+
+def _tensor_shape(u: UOp) -> tuple:
+  if u.op is Ops.BUFFER: return (u.arg[1],)
+  if u.op is Ops.VIEW: return u.arg.shape
+  if u.op is Ops.CONST: return ()
+  if u.op is Ops.REDUCE_AXIS:
+    return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
+  if u.op is Ops.GATHER: return u.src[1].shape
+  return u.src[-1].shape if u.op is Ops.WHERE else u.src[0].shape
+
+
+def toposort(roots: Iterable[UOp]) -> list[UOp]:
+  order, seen = [], set()
+  for root in roots:
+    stack = [(root, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in seen: continue
+      if expanded:
+        seen.add(node); order.append(node); continue
+      stack.append((node, True))
+      for s in reversed(node.src):
+        if s not in seen: stack.append((s, False))
+  return order
+
+
+def pretty(u: UOp, limit: int = 400) -> str:
+  """Render a UOp graph as numbered lines, sharing repeated nodes."""
+  names, lines = {}, []
+  for i, n in enumerate(toposort([u])):
+    names[n] = f"%{i}"
+    srcs = ", ".join(names[s] for s in n.src)
+    arg = "" if n.arg is None else f" {n.arg!r}"
+    lines.append(f"%{i} = {n.op.name}:{n.dtype.name}({srcs}){arg}")
+    if len(lines) > limit: lines.append("..."); break
+  return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- patterns
+
+class UPat:
+  """A pattern over UOps. `name` binds the matched node; `src` matches sources in order
+  (a list means: try every permutation, for commutative ops); `arg`/`dtype` must be equal."""
+  __slots__ = ("ops", "dtype", "src", "arg", "name", "allow_any_len")
+
+  def __init__(self, op=None, dtype=None, src=None, arg=None, name: str | None = None, allow_any_len=False):
+    self.ops = None if op is None else (tuple(op) if isinstance(op, (set, tuple, list)) else (op,))
+    self.dtype = None if dtype is None else (tuple(dtype) if isinstance(dtype, (set, tuple, list)) else (dtype,))
+    self.src, self.arg, self.name, self.allow_any_len = src, arg, name, allow_any_len
+
+  @staticmethod
+  def var(name: str | None = None, dtype=None) -> UPat: return UPat(name=name, dtype=dtype)
+  @staticmethod
+  def cvar(name: str | None = None, dtype=None) -> UPat: return UPat(Ops.CONST, dtype, name=name)
+
+  def match(self, u: UOp, binds: dict) -> list[dict]:
+    if self.ops is not None and u.op not in self.ops: return []
+    if self.dtype is not None and u.dtype not in self.dtype: return []
+    if self.arg is not None and u.arg != self.arg: return []
+    if self.name is not None:
+      if self.name in binds and binds[self.name] is not u: return []
+      binds = {**binds, self.name: u}
+    if self.src is None: return [binds]
+    orders = _permutations(self.src) if isinstance(self.src, list) else [self.src]
+    results = []
+    for pats in orders:
+      if len(pats) != len(u.src) and not (self.allow_any_len and len(u.src) >= len(pats)): continue
+      partial = [binds]
+      for p, s in zip(pats, u.src):
+        partial = [b2 for b in partial for b2 in p.match(s, b)]
+        if not partial: break
+      results.extend(partial)
+    return results
+
+  # builder sugar so rules read like the expressions they match
+  def _b(self, op, *others): return UPat(op, src=[self, *others] if op in COMMUTATIVE else (self, *others))
+  def __add__(self, x): return self._b(Ops.ADD, x)
+  def __mul__(self, x): return self._b(Ops.MUL, x)
+  def __floordiv__(self, x): return self._b(Ops.IDIV, x)
+  def __mod__(self, x): return self._b(Ops.MOD, x)
+
+
+def _permutations(pats: list) -> list[tuple]:
+  if len(pats) == 2: return [tuple(pats), (pats[1], pats[0])]
+  import itertools
+  return list(itertools.permutations(pats))
+
+
+class PatternMatcher:
+  """An ordered list of (UPat, fn(**binds) -> UOp | None). The first rule whose function returns a
+  UOp wins. Rules are indexed by their root op for speed."""
+
+  def __init__(self, rules: list[tuple[UPat, Callable]]):
+    self.rules = rules
+    self.by_op: dict[Ops, list] = {}
+    self.any_op: list = []
+    for pat, fn in rules:
+      if pat.ops is None: self.any_op.append((pat, fn))
+      else:
+        for op in pat.ops: self.by_op.setdefault(op, []).append((pat, fn))
+
+  def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
+
+  def rewrite(self, u: UOp, ctx=None) -> UOp | None:
+    for pat, fn in self.by_op.get(u.op, []) + self.any_op:
+      for binds in pat.match(u, {}):
+        out = fn(ctx, **binds) if ctx is not None else fn(**binds)
+        if out is not None and out is not u: return out
+    return None
+
+
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx=None) -> UOp:
+  """Rewrite bottom-up to a fixed point: sources first, then the node, again until stable."""
+  done: dict[UOp, UOp] = {}
+
+  def visit(n: UOp) -> UOp:
+    stack = [(n, False)]
+    while stack:
+      node, ready = stack.pop()
+      if node in done: continue
+      if not ready:
+        stack.append((node, True))
+        stack.extend((s, False) for s in node.src if s not in done)
+        continue
+      new = node.replace(src=tuple(done[s] for s in node.src)) if node.src else node
+      seen = 0
+      while (nxt := pm.rewrite(new, ctx)) is not None:
+        seen += 1
+        if seen > 1000: raise RuntimeError(f"graph_rewrite did not converge on {new.op}")
+        if nxt.src and any(s not in done for s in nxt.src):
+          # the rewrite built new sources: rewrite them first
+          nxt = nxt.replace(src=tuple(visit(s) for s in nxt.src))
+        new = nxt
+      done[node] = new
+      done.setdefault(new, new)
+    return done[n]
+
+  return visit(root)

@@ -1,0 +1,43 @@
+"""Counters a user reads with `torch_uop.metrics()` and clears with `torch_uop.reset_metrics()`."""
+from __future__ import annotations
+import collections
+import copy
+import sys
+
+_fresh = lambda: {
+  "graphs_compiled": 0,          # FX graphs handed to torch_uop (forward, backward and inference count apart)
+  "graphs_fallen_back": 0,       # graphs run whole by torch (e.g. symbolic sizes)
+  "nodes_lowered": 0,            # ATen nodes translated to UOps
+  "nodes_fallen_back": collections.Counter(),  # ATen op name -> nodes run by torch inside a compiled graph
+  "kernels_compiled": 0,
+  "kernels_launched": 0,
+  "fallback_steps_run": 0,
+  "compile_time_s": collections.Counter(),     # stage -> seconds
+  "cache_hits": 0,
+}
+_state = _fresh()
+_reported: set = set()
+
+
+def metrics() -> dict:
+  """A snapshot of the counters."""
+  out = copy.deepcopy(_state)
+  out["nodes_fallen_back"] = dict(out["nodes_fallen_back"])
+  out["compile_time_s"] = {k: round(v, 6) for k, v in out["compile_time_s"].items()}
+  out["fallback_nodes_total"] = sum(out["nodes_fallen_back"].values())
+  return out
+
+
+def reset_metrics() -> None:
+  global _state
+  _state = _fresh()
+  _reported.clear()
+
+
+def state() -> dict: return _state
+
+
+def report_fallback_once(op: str, reason: str, debug: int) -> None:
+  if debug >= 1 and op not in _reported:
+    _reported.add(op)
+    print(f"[torch_uop] fallback to ATen for {op}: {reason}", file=sys.stderr)

@@ -1,0 +1,95 @@
+"""The door: the `"uop"` torch.compile backend.
+
+Dynamo hands `uop_backend` an FX graph of torch calls. AOTAutograd traces it to ATen (forward,
+backward, or inference), applying `decomposition_table()` to reach core ATen, and calls
+`compile_fx_graph` on each resulting graph. That lowers the graph to UOps, schedules, compiles and
+returns a `CompiledGraph` (boxed calling convention). Nothing raises for an unsupported op: nodes
+fall back to ATen; graphs the IR cannot hold (symbolic sizes, non-CPU inputs) run as they are.
+"""
+from __future__ import annotations
+import functools
+import sys
+import time
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo import register_backend
+from torch._decomp import core_aten_decompositions, get_decompositions
+from torch_uop.config import Config
+from torch_uop import counters as _metrics
+
+aten = torch.ops.aten
+
+# decompositions beyond core ATen that give simpler graphs for the lowerings
+_EXTRA_DECOMPS = [
+  aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
+  aten.native_layer_norm, aten.native_layer_norm_backward, aten.native_batch_norm,
+  aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
+  aten.native_batch_norm_backward, aten.gelu, aten.gelu_backward, aten.embedding_dense_backward,
+  aten.nll_loss_forward, aten.nll_loss_backward, aten.max_pool2d_with_indices_backward,
+  aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward, aten.avg_pool2d, aten.avg_pool2d_backward,
+  aten.addmm, aten.mv, aten.dot, aten.tanh_backward, aten.sigmoid_backward, aten.threshold_backward,
+  aten.silu, aten.silu_backward, aten.hardtanh, aten.leaky_relu, aten.elu, aten.log_sigmoid_forward,
+  aten.mse_loss, aten.mse_loss_backward, aten._to_copy, aten.clamp_min, aten.clamp_max,
+]
+
+# ops torch_uop lowers whole: keep them out of the table even if core ATen decomposes them
+_KEEP_WHOLE = {aten.max_pool2d_with_indices.default}
+
+
+@functools.cache
+def decomposition_table() -> dict:
+  table = dict(core_aten_decompositions())
+  table.update(get_decompositions(_EXTRA_DECOMPS))
+  for op in _KEEP_WHOLE: table.pop(op, None)
+  return table
+
+
+def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, kind: str = "graph"):
+  """One ATen FX graph -> a boxed callable running torch_uop kernels."""
+  from torch_uop.lowering.graph import lower_graph, WholeGraphFallback
+  from torch_uop.runtime.executor import CompiledGraph
+  import torch_uop.lowering  # noqa: F401  fills the registry
+  st = _metrics.state()
+  st["graphs_compiled"] += 1
+  t0 = time.perf_counter()
+  try:
+    if config.fallback_whole_graph: raise WholeGraphFallback("option fallback_whole_graph")
+    lowered = lower_graph(gm, config.debug)
+  except WholeGraphFallback as e:
+    return _whole_graph_fallback(gm, str(e), config)
+  st["compile_time_s"]["lowering"] += time.perf_counter() - t0
+  st["nodes_lowered"] += lowered.nodes_lowered
+  for op in lowered.fallbacks: st["nodes_fallen_back"][op] += 1
+  try:
+    compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=f"{kind}{st['graphs_compiled']}")
+  except Exception as e:  # a scheduling or compile bug must never break the user's program
+    if config.debug >= 3: import traceback; traceback.print_exc()
+    return _whole_graph_fallback(gm, f"compilation failed: {type(e).__name__}: {e}", config)
+  st["compile_time_s"]["total"] += time.perf_counter() - t0
+  if config.debug >= 1:
+    print(f"[torch_uop] compiled {kind} graph: {lowered.nodes_lowered} nodes lowered, {len(lowered.fallbacks)} fell back, "
+          f"{compiled.n_kernels} kernels in {time.perf_counter() - t0:.3f}s", file=sys.stderr)
+  return compiled
+
+
+def _whole_graph_fallback(gm, reason: str, config: Config):
+  st = _metrics.state()
+  st["graphs_fallen_back"] += 1
+  for node in gm.graph.nodes:
+    if node.op == "call_function": st["nodes_fallen_back"][str(getattr(node.target, "__name__", node.target))] += 1
+  _metrics.report_fallback_once(f"whole graph ({reason})", "run by torch", config.debug)
+  from torch._functorch.aot_autograd import make_boxed_func
+  return make_boxed_func(gm.forward)
+
+
+def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
+  """The torch.compile backend: `torch.compile(model, backend="uop", options={...})`."""
+  config = Config.from_options({**(options or {}), **kwargs})
+  fw = functools.partial(compile_fx_graph, config=config, kind="forward")
+  bw = functools.partial(compile_fx_graph, config=config, kind="backward")
+  inf = functools.partial(compile_fx_graph, config=config, kind="inference")
+  return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf,
+                      decompositions=decomposition_table())(gm, example_inputs)
+
+
+register_backend(name="uop")(uop_backend)

@@ -1,0 +1,181 @@
+"""FX graph -> tensor-level UOp graph, node by node.
+
+`lower_graph(gm)` walks an ATen-level FX graph. Placeholders become BUFFER nodes seen through a
+strided VIEW; each call_function node goes through the registry. A node with no lowering, whose
+lowering raises, or whose result disagrees with `meta["val"]` (shape or dtype) becomes a FALLBACK
+node: at run time torch runs the ATen op on realized inputs, between kernels. The result,
+`LoweredGraph`, says what each graph output is (a tensor node, an input, or a constant).
+It raises `WholeGraphFallback` only for graphs it cannot represent at all (e.g. symbolic sizes).
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+import math
+import operator
+import torch
+import torch.fx
+from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.dtypes import from_torch, UnsupportedDType
+from torch_uop.core.shapetracker import ShapeTracker
+from torch_uop.lowering.registry import lowering_for, LoweringContext
+from torch_uop.lowering.tensor import LT
+from torch_uop import counters as _metrics
+
+
+class WholeGraphFallback(Exception):
+  """The graph cannot be represented in the IR; torch runs it as it is."""
+
+
+@dataclass(eq=False)
+class FallbackOp:
+  """An ATen call to run at run time. `args`/`kwargs` hold `TensorRef(k)` where the k-th tensor input goes."""
+  target: object
+  args: tuple
+  kwargs: dict
+  n_outputs: int
+  name: str
+
+  def __hash__(self): return id(self)
+
+
+@dataclass(frozen=True)
+class TensorRef:
+  index: int
+
+
+@dataclass
+class InputSpec:
+  slot: int
+  shape: tuple
+  strides: tuple
+  dtype: torch.dtype
+
+
+@dataclass
+class LoweredGraph:
+  inputs: list                  # InputSpec per placeholder (None for non-tensor placeholders)
+  outputs: list                 # per graph output: ('tensor', LT) | ('input', idx) | ('value', python value)
+  buffer_slots: dict            # BUFFER node -> slot
+  next_slot: int
+  nodes_lowered: int = 0
+  fallbacks: list = field(default_factory=list)  # op names
+
+
+def _is_symbolic(v) -> bool:
+  if isinstance(v, torch.SymInt | torch.SymFloat | torch.SymBool): return True
+  if isinstance(v, torch.Tensor):
+    return any(isinstance(s, torch.SymInt) for s in v.shape) or any(isinstance(s, torch.SymInt) for s in v.stride())
+  if isinstance(v, (list, tuple)): return any(_is_symbolic(x) for x in v)
+  return False
+
+
+def _map_args(x, fn):
+  if isinstance(x, torch.fx.Node): return fn(x)
+  if isinstance(x, (list, tuple)): return type(x)(_map_args(a, fn) for a in x)
+  if isinstance(x, dict): return {k: _map_args(v, fn) for k, v in x.items()}
+  return x
+
+
+def _check_result(node: torch.fx.Node, out) -> None:
+  """A lowering's result must match the node's meta val exactly in shape and dtype."""
+  val = node.meta.get("val")
+  outs = out if isinstance(out, (tuple, list)) else [out]
+  vals = val if isinstance(val, (tuple, list)) else [val]
+  if len(outs) != len(vals): raise TypeError(f"lowering returned {len(outs)} outputs, expected {len(vals)}")
+  for o, v in zip(outs, vals):
+    if v is None or o is None: continue
+    if not isinstance(o, LT): raise TypeError(f"lowering returned {type(o)}")
+    if tuple(o.shape) != tuple(v.shape): raise TypeError(f"shape {o.shape} != eager {tuple(v.shape)}")
+    if o.dtype != from_torch(v.dtype): raise TypeError(f"dtype {o.dtype} != eager {v.dtype}")
+
+
+def lower_graph(gm: torch.fx.GraphModule, debug: int = 0) -> LoweredGraph:
+  env: dict = {}
+  inputs, buffer_slots = [], {}
+  slot = 0
+  g = LoweredGraph(inputs, [], buffer_slots, 0)
+  for node in gm.graph.nodes:
+    val = node.meta.get("val")
+    if _is_symbolic(val): raise WholeGraphFallback(f"symbolic sizes at {node.name}")
+    if node.op == "placeholder":
+      if isinstance(val, torch.Tensor):
+        if val.device.type != "cpu": raise WholeGraphFallback(f"input {node.name} is on {val.device}")
+        dt = from_torch(val.dtype)  # raises UnsupportedDType -> whole graph falls back
+        shape, strides = tuple(val.shape), tuple(val.stride())
+        extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
+        buf = UOp(Ops.BUFFER, dt, (), (slot, max(extent, 1)))
+        buffer_slots[buf] = slot
+        lt = LT(buf)._view(lambda st: ShapeTracker.from_strides(shape, strides))
+        if lt.uop.op is not Ops.VIEW or lt.shape != shape: lt = LT(UOp(Ops.VIEW, dt, (buf,), ShapeTracker.from_strides(shape, strides)))
+        env[node] = lt
+        inputs.append(InputSpec(slot, shape, strides, val.dtype))
+        slot += 1
+      else:
+        raise WholeGraphFallback(f"non-tensor input {node.name}")
+    elif node.op == "call_function":
+      if node.target is operator.getitem:
+        env[node] = env[node.args[0]][node.args[1]]
+        continue
+      fn = lowering_for(node.target)
+      args = _map_args(node.args, lambda n: env[n])
+      kwargs = _map_args(node.kwargs, lambda n: env[n])
+      reason = "no lowering registered"
+      if fn is not None:
+        try:
+          out = fn(LoweringContext(node), *args, **kwargs)
+          _check_result(node, out)
+          env[node] = out
+          g.nodes_lowered += 1
+          continue
+        except Exception as e:  # any failure of a lowering means: let torch run this node
+          reason = f"{type(e).__name__}: {e}"
+          if debug >= 3: import traceback; traceback.print_exc()
+      env[node], slot = _fallback_node(node, args, kwargs, buffer_slots, slot)
+      g.fallbacks.append(_op_name(node.target))
+      _metrics.report_fallback_once(_op_name(node.target), reason, debug)
+    elif node.op == "output":
+      for o in node.args[0]:
+        if isinstance(o, torch.fx.Node):
+          v = env[o]
+          if o.op == "placeholder": g.outputs.append(("input", [n for n in gm.graph.nodes if n.op == "placeholder"].index(o)))
+          elif isinstance(v, LT): g.outputs.append(("tensor", v))
+          else: g.outputs.append(("value", v))
+        else: g.outputs.append(("value", o))
+    else:
+      raise WholeGraphFallback(f"FX node kind {node.op}")
+  g.next_slot = slot
+  return g
+
+
+def _op_name(target) -> str: return str(getattr(target, "__name__", target))
+
+
+def _fallback_node(node, args, kwargs, buffer_slots, slot):
+  """Turn one node into a FALLBACK: its LT arguments are realized, its tensor outputs become buffers."""
+  tensors: list[LT] = []
+
+  def to_ref(x):
+    if isinstance(x, LT):
+      tensors.append(x)
+      return TensorRef(len(tensors) - 1)
+    if isinstance(x, (list, tuple)): return type(x)(to_ref(a) for a in x)
+    return x
+
+  ref_args, ref_kwargs = to_ref(args), {k: to_ref(v) for k, v in kwargs.items()}
+  val = node.meta.get("val")
+  vals = list(val) if isinstance(val, (tuple, list)) else [val]
+  if any(v is not None and not isinstance(v, torch.Tensor) for v in vals):
+    raise WholeGraphFallback(f"{node.name} returns non-tensors")
+  for v in vals:
+    if v is not None: from_torch(v.dtype)
+  op = FallbackOp(node.target, ref_args, ref_kwargs, len(vals), _op_name(node.target))
+  fb = UOp(Ops.FALLBACK, from_torch(vals[0].dtype) if vals[0] is not None else from_torch(torch.float32),
+           tuple(t.uop for t in tensors), op)
+  outs = []
+  for v in vals:
+    if v is None: outs.append(None); continue
+    shape = tuple(v.shape)
+    buf = UOp(Ops.BUFFER, from_torch(v.dtype), (fb,), (slot, max(math.prod(shape), 1)))
+    buffer_slots[buf] = slot
+    slot += 1
+    outs.append(LT(UOp(Ops.VIEW, buf.dtype, (buf,), ShapeTracker.from_shape(shape))))
+  return (tuple(outs) if isinstance(val, (tuple, list)) else outs[0]), slot

@@ -1,0 +1,274 @@
+"""Elementwise lowerings: arithmetic, comparisons, logic, casts, math functions.
+
+Every op goes through `elementwise`: torch's own promotion rules (`elementwise_dtypes`) pick the
+computation and result dtypes, arguments are cast and broadcast, the op is built on LTs, and the
+result is cast to the dtype in `meta["val"]`. Half types compute in float32, as eager does.
+"""
+from __future__ import annotations
+import math
+import torch
+from torch._prims_common import elementwise_dtypes, ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
+from torch_uop.core.uop import Ops
+from torch_uop.core.dtypes import from_torch, to_torch, dtypes, DType
+from torch_uop.lowering.registry import register, Unsupported
+from torch_uop.lowering.tensor import LT, compute_dtype
+
+aten = torch.ops.aten
+
+
+def _fake(x):
+  if isinstance(x, LT): return torch.empty((1,) * x.ndim, dtype=to_torch(x.dtype), device="meta")
+  return x
+
+
+def promote(kind, *args) -> tuple[DType, DType]:
+  comp, res = elementwise_dtypes(*[_fake(a) for a in args if a is not None], type_promotion_kind=kind)
+  return compute_dtype(from_torch(comp)), from_torch(res)
+
+
+def lift(x, dtype: DType, shape: tuple) -> LT:
+  if isinstance(x, LT): return x.cast(dtype).broadcast_to(shape)
+  return LT.full(shape, x, dtype)
+
+
+def elementwise(ctx, kind, fn, *args, out_dtype: DType | None = None) -> LT:
+  """Promote, cast and broadcast args per torch's rules, apply fn on LTs, cast to eager's dtype."""
+  comp, _ = promote(kind, *args)
+  shape = ctx.shape
+  xs = [lift(a, comp, shape) for a in args]
+  return fn(*xs).cast(out_dtype or ctx.dtype)
+
+
+DEFAULT, ALWAYS_BOOL, INT_TO_FLOAT, NO_OPMATH = KIND.DEFAULT, KIND.ALWAYS_BOOL, KIND.INT_TO_FLOAT, KIND.NO_OPMATH
+
+
+def _alpha(b, alpha):
+  return b if alpha is None or alpha == 1 else (b * alpha if not isinstance(b, LT) else b)
+
+
+@register(aten.add.Tensor, aten.add.Scalar)
+def add(ctx, a, b, alpha=1):
+  if alpha != 1:
+    return elementwise(ctx, DEFAULT, lambda x, y: x + y * y.const_like(alpha), a, b)
+  return elementwise(ctx, DEFAULT, lambda x, y: x + y, a, b)
+
+
+@register(aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor, aten.rsub.Scalar)
+def sub(ctx, a, b, alpha=1):
+  if ctx.node.target in (aten.rsub.Tensor, aten.rsub.Scalar): a, b = b, a
+  if ctx.dtype.is_bool: raise Unsupported("subtraction of bools is an error in eager")
+  if alpha != 1: return elementwise(ctx, DEFAULT, lambda x, y: x - y * y.const_like(alpha), a, b)
+  return elementwise(ctx, DEFAULT, lambda x, y: x - y, a, b)
+
+
+@register(aten.mul.Tensor, aten.mul.Scalar)
+def mul(ctx, a, b):
+  if ctx.dtype.is_bool: return elementwise(ctx, DEFAULT, lambda x, y: x & y, a, b)
+  return elementwise(ctx, DEFAULT, lambda x, y: x * y, a, b)
+
+
+@register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div(ctx, a, b, rounding_mode=None):
+  if rounding_mode is None: return elementwise(ctx, INT_TO_FLOAT, lambda x, y: x / y, a, b)
+  def rounded(x, y):
+    if x.dtype.is_float:
+      q = x / y
+      return q.math("trunc") if rounding_mode == "trunc" else _float_floor_div(x, y)
+    return _int_div(x, y, rounding_mode)
+  return elementwise(ctx, DEFAULT, rounded, a, b)
+
+
+def _float_floor_div(x: LT, y: LT) -> LT:
+  # python semantics, as eager: floor((x - fmod(x, y)) / y) with sign correction
+  mod = x.alu(Ops.MOD, y)
+  div = (x - mod) / y
+  fix = (mod.ne(0)) & ((y < 0).ne(mod < 0))
+  div = fix.where(div - 1, div)
+  floored = div.math("floor")
+  floored = ((div - floored) > 0.5).where(floored + 1, floored)
+  zero_q = x / y
+  return div.ne(0).where(floored, (zero_q * 0).math("copysign", zero_q)).where if False else \
+    div.ne(0).where(floored, LT.full(div.shape, 0.0, div.dtype).math("copysign", zero_q))
+
+
+def _int_div(x: LT, y: LT, mode: str) -> LT:
+  q = x.alu(Ops.IDIV, y)
+  if mode == "trunc" or x.dtype.is_unsigned: return q
+  r = x.alu(Ops.MOD, y)
+  adjust = r.ne(0) & ((r < 0).ne(y < 0))
+  return adjust.where(q - 1, q)
+
+
+def _unary(name, kind=INT_TO_FLOAT):
+  def lower(ctx, a): return elementwise(ctx, kind, lambda x: x.math(name), a)
+  return lower
+
+
+for _name, _ops in {
+  "exp": [aten.exp.default], "log": [aten.log.default], "sqrt": [aten.sqrt.default], "sin": [aten.sin.default],
+  "cos": [aten.cos.default], "tanh": [aten.tanh.default], "erf": [aten.erf.default], "exp2": [aten.exp2.default],
+  "log2": [aten.log2.default], "log10": [aten.log10.default], "tan": [aten.tan.default],
+  "asin": [aten.asin.default], "acos": [aten.acos.default], "atan": [aten.atan.default],
+  "sinh": [aten.sinh.default], "cosh": [aten.cosh.default], "asinh": [aten.asinh.default],
+  "acosh": [aten.acosh.default], "atanh": [aten.atanh.default], "expm1": [aten.expm1.default],
+  "log1p": [aten.log1p.default], "erfc": [aten.erfc.default], "lgamma": [aten.lgamma.default],
+}.items():
+  register(*_ops)(_unary(_name))
+
+
+@register(aten.rsqrt.default)
+def rsqrt(ctx, a): return elementwise(ctx, INT_TO_FLOAT, lambda x: x.math("sqrt").recip(), a)
+
+
+@register(aten.reciprocal.default)
+def reciprocal(ctx, a): return elementwise(ctx, INT_TO_FLOAT, lambda x: x.recip(), a)
+
+
+@register(aten.sigmoid.default)
+def sigmoid(ctx, a): return elementwise(ctx, INT_TO_FLOAT, lambda x: ((-x).exp() + 1).recip(), a)
+
+
+@register(aten.neg.default)
+def neg(ctx, a):
+  if ctx.dtype.is_bool: raise Unsupported("negation of bool is an error in eager")
+  return elementwise(ctx, DEFAULT, lambda x: -x, a)
+
+
+@register(aten.abs.default)
+def abs_(ctx, a):
+  if ctx.dtype.is_bool: return elementwise(ctx, DEFAULT, lambda x: x, a)
+  return elementwise(ctx, DEFAULT, lambda x: x.math("abs") if x.dtype.is_float else (x < 0).where(-x, x), a)
+
+
+@register(aten.sign.default, aten.sgn.default)
+def sign(ctx, a):
+  def f(x):
+    if x.dtype.is_bool: return x
+    pos, neg_ = (x > 0).cast(x.dtype), (x < 0).cast(x.dtype)
+    s = pos - neg_
+    return x.isnan().where(x, s) if x.dtype.is_float else s
+  return elementwise(ctx, DEFAULT, f, a)
+
+
+@register(aten.relu.default)
+def relu(ctx, a):
+  return elementwise(ctx, DEFAULT, lambda x: (x < 0).where(x.const_like(0), x) if not x.dtype.is_float else x.maximum(0), a)
+
+
+@register(aten.floor.default, aten.ceil.default, aten.trunc.default, aten.round.default)
+def rounding(ctx, a):
+  name = ctx.node.target.overloadpacket.__name__
+  return elementwise(ctx, DEFAULT, lambda x: x.math(name) if x.dtype.is_float else x, a)
+
+
+@register(aten.frac.default)
+def frac(ctx, a): return elementwise(ctx, DEFAULT, lambda x: x - x.math("trunc"), a)
+
+
+@register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def pow_(ctx, a, b):
+  def f(x, y):
+    if x.dtype.is_float: return x.math("pow", y)
+    return _int_pow(x, y, b)
+  if isinstance(b, (int, float)) and not isinstance(b, bool) and b == 2:
+    return elementwise(ctx, DEFAULT, lambda x, y: x * x, a, b)
+  return elementwise(ctx, DEFAULT, f, a, b)
+
+
+def _int_pow(x: LT, y: LT, b) -> LT:
+  # exponentiation by squaring over a fixed number of bits (exponents < 2**63)
+  if isinstance(b, int) and b >= 0:
+    out, base, e = x.const_like(1), x, b
+    while e:
+      if e & 1: out = out * base
+      e >>= 1
+      if e: base = base * base
+    return out
+  raise Unsupported("integer pow with a tensor or negative exponent")
+
+
+@register(aten.maximum.default, aten.minimum.default, aten.fmax.default, aten.fmin.default)
+def max_min(ctx, a, b):
+  name = ctx.node.target.overloadpacket.__name__
+  is_max = name in ("maximum", "fmax")
+  def f(x, y):
+    out = x.maximum(y) if is_max else x.minimum(y)
+    if name in ("fmax", "fmin") and x.dtype.is_float:  # ignore NaN unless both are
+      out = x.isnan().where(y, y.isnan().where(x, out))
+    return out
+  return elementwise(ctx, DEFAULT, f, a, b)
+
+
+@register(aten.clamp.default, aten.clamp.Tensor)
+def clamp(ctx, a, lo=None, hi=None):
+  def f(x, *bounds):
+    it = iter(bounds)
+    out = x
+    if lo is not None: out = out.maximum(next(it))
+    if hi is not None: out = out.minimum(next(it))
+    return out
+  return elementwise(ctx, DEFAULT, f, a, *[v for v in (lo, hi) if v is not None])
+
+
+def _compare(op):
+  def lower(ctx, a, b):
+    swap = op in ("gt", "ge")
+    alu = {"lt": Ops.CMPLT, "le": Ops.CMPLE, "gt": Ops.CMPLT, "ge": Ops.CMPLE, "eq": Ops.CMPEQ, "ne": Ops.CMPNE}[op]
+    return elementwise(ctx, ALWAYS_BOOL, lambda x, y: (y.alu(alu, x) if swap else x.alu(alu, y)), a, b)
+  return lower
+
+
+for _op in ("lt", "le", "gt", "ge", "eq", "ne"):
+  _packet = getattr(aten, _op)
+  register(_packet.Tensor, _packet.Scalar)(_compare(_op))
+
+
+def _logical(fn):
+  def lower(ctx, *args):
+    return elementwise(ctx, ALWAYS_BOOL, lambda *xs: fn(*[x.cast(dtypes.bool) for x in xs]), *args)
+  return lower
+
+
+register(aten.logical_and.default)(_logical(lambda x, y: x & y))
+register(aten.logical_or.default)(_logical(lambda x, y: x | y))
+register(aten.logical_xor.default)(_logical(lambda x, y: x.ne(y)))
+register(aten.logical_not.default)(_logical(lambda x: x.logical_not()))
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def where(ctx, cond, a, b):
+  comp, _ = promote(DEFAULT, a, b)
+  shape = ctx.shape
+  c = cond.cast(dtypes.bool).broadcast_to(shape)
+  return c.where(lift(a, comp, shape), lift(b, comp, shape)).cast(ctx.dtype)
+
+
+@register(aten._to_copy.default, aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default,
+          aten.convert_element_type.default if hasattr(aten, "convert_element_type") else aten.clone.default)
+def to_copy(ctx, a, *args, **kwargs):
+  if kwargs.get("device") not in (None, torch.device("cpu"), "cpu"): raise Unsupported("copy to another device")
+  return a.cast(ctx.dtype)
+
+
+@register(torch.ops.prims.convert_element_type.default)
+def convert_element_type(ctx, a, dtype): return a.cast(ctx.dtype)
+
+
+@register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_or.Tensor, aten.bitwise_or.Scalar,
+          aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)
+def bitwise(ctx, a, b):
+  alu = {"bitwise_and": Ops.AND, "bitwise_or": Ops.OR, "bitwise_xor": Ops.XOR}[ctx.node.target.overloadpacket.__name__]
+  return elementwise(ctx, DEFAULT, lambda x, y: x.alu(alu, y), a, b)
+
+
+@register(aten.bitwise_not.default)
+def bitwise_not(ctx, a): return elementwise(ctx, DEFAULT, lambda x: x.logical_not(), a)
+
+
+@register(aten.isnan.default)
+def isnan(ctx, a): return elementwise(ctx, ALWAYS_BOOL, lambda x: x.isnan() if x.dtype.is_float else x.const_like(False, dtypes.bool), a)
+
+
+@register(aten.isinf.default)
+def isinf(ctx, a):
+  return elementwise(ctx, ALWAYS_BOOL, lambda x: x.math("abs").eq(math.inf) if x.dtype.is_float else x.const_like(False, dtypes.bool), a)

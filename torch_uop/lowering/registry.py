@@ -1,0 +1,47 @@
+"""The registry from ATen overloads to lowering functions.
+
+`@register(aten.add.Tensor, aten.add.Scalar)` adds a lowering. A lowering is called as
+`fn(ctx, *args, **kwargs)` with FX node arguments replaced by `LT`s (lists of nodes by lists of LTs)
+and returns an LT, or a tuple/list of LTs for multi-output ops. `ctx` carries the node's
+`meta["val"]`: `ctx.shape`, `ctx.dtype` (IR dtype), `ctx.vals` for multi-output nodes. A lowering
+may raise (e.g. `Unsupported`) for cases it does not handle: the node then falls back to ATen.
+"""
+from __future__ import annotations
+from typing import Callable
+import torch
+from torch_uop.core.dtypes import from_torch
+
+LOWERINGS: dict = {}
+
+
+class Unsupported(NotImplementedError):
+  """A lowering does not handle this particular call; the node falls back to ATen."""
+
+
+def register(*ops) -> Callable:
+  def deco(fn):
+    for op in ops:
+      if isinstance(op, torch._ops.OpOverloadPacket):
+        for name in op.overloads(): LOWERINGS[getattr(op, name)] = fn
+      else: LOWERINGS[op] = fn
+    return fn
+  return deco
+
+
+def lowering_for(target):
+  return LOWERINGS.get(target)
+
+
+class LoweringContext:
+  def __init__(self, node: torch.fx.Node):
+    self.node = node
+    self.val = node.meta.get("val")
+
+  @property
+  def vals(self) -> list: return list(self.val) if isinstance(self.val, (tuple, list)) else [self.val]
+  @property
+  def shape(self) -> tuple: return tuple(int(s) for s in self.val.shape)
+  @property
+  def dtype(self): return from_torch(self.val.dtype)
+  def shape_of(self, i: int) -> tuple: return tuple(int(s) for s in self.vals[i].shape)
+  def dtype_of(self, i: int): return from_torch(self.vals[i].dtype)

@@ -1,0 +1,208 @@
+"""`LT`, the tensor-level builder lowerings write with.
+
+An LT wraps one tensor-level UOp and knows its shape and dtype. Movement methods compose
+ShapeTrackers (a view of a view is one VIEW node), elementwise methods broadcast and build ALU
+nodes, `reduce` builds REDUCE_AXIS. Lowerings receive LTs for tensor arguments and return LTs;
+they never see kernels or loops. Half types are computed in float32 (`compute_dtype`), as eager
+does on the CPU.
+"""
+from __future__ import annotations
+import math
+from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.dtypes import DType, dtypes
+from torch_uop.core.shapetracker import ShapeTracker
+
+
+def compute_dtype(dt: DType) -> DType:
+  return dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
+
+
+def broadcast_shapes(*shapes) -> tuple:
+  nd = max(len(s) for s in shapes)
+  out = []
+  for dims in zip(*[(1,) * (nd - len(s)) + tuple(s) for s in shapes]):
+    sizes = {d for d in dims if d != 1}
+    if len(sizes) > 1: raise ValueError(f"shapes {shapes} do not broadcast")
+    out.append(sizes.pop() if sizes else 1)
+  return tuple(out)
+
+
+class LT:
+  __slots__ = ("uop",)
+
+  def __init__(self, uop: UOp): self.uop = uop
+
+  @property
+  def shape(self) -> tuple: return self.uop.shape
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return math.prod(self.shape)
+  def __repr__(self): return f"LT({self.shape}, {self.dtype})"
+
+  # ---------------- creation
+  @staticmethod
+  def full(shape, value, dtype: DType) -> LT:
+    c = LT(UOp.const(dtype, value))
+    return c.reshape((1,) * len(shape)).expand(tuple(shape)) if shape else c
+
+  def const_like(self, value, dtype: DType | None = None) -> LT: return LT.full(self.shape, value, dtype or self.dtype)
+
+  # ---------------- movement
+  def _view(self, fn) -> LT:
+    if self.uop.op is Ops.VIEW: base, st = self.uop.src[0], self.uop.arg
+    else: base, st = self.uop, ShapeTracker.from_shape(self.shape)
+    new = fn(st)
+    if base.op is not Ops.CONST and new.is_contiguous and new.shape == base.shape: return LT(base)
+    return LT(UOp(Ops.VIEW, self.dtype, (base,), new))
+
+  def reshape(self, shape) -> LT:
+    shape = tuple(int(s) for s in shape)
+    if -1 in shape:
+      known = math.prod(s for s in shape if s != -1)
+      shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+    if math.prod(shape) != self.numel(): raise ValueError(f"cannot reshape {self.shape} to {shape}")
+    if shape == self.shape: return self
+    return self._view(lambda st: st.reshape(shape))
+
+  def permute(self, order) -> LT:
+    order = tuple(o % self.ndim for o in order) if self.ndim else ()
+    if order == tuple(range(self.ndim)): return self
+    return self._view(lambda st: st.permute(order))
+
+  def expand(self, shape) -> LT:
+    shape = tuple(shape)
+    if len(shape) > self.ndim: return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+    shape = tuple(s if n == -1 else n for s, n in zip(self.shape, shape))
+    if shape == self.shape: return self
+    return self._view(lambda st: st.expand(shape))
+
+  def shrink(self, bounds) -> LT:
+    bounds = tuple((int(a), int(b)) for a, b in bounds)
+    if all(a == 0 and b == s for (a, b), s in zip(bounds, self.shape)): return self
+    return self._view(lambda st: st.shrink(bounds))
+
+  def pad(self, pads, value=0) -> LT:
+    """pads: ((before, after), ...) per dim; negative entries crop."""
+    pads = tuple((int(a), int(b)) for a, b in pads)
+    crop = tuple((max(0, -a), s - max(0, -b)) for (a, b), s in zip(pads, self.shape))
+    x = self.shrink(crop)
+    pos = tuple((max(0, a), max(0, b)) for a, b in pads)
+    if all(a == 0 and b == 0 for a, b in pos): return x
+    padded = x._view(lambda st: st.pad(pos))
+    if value == 0: return padded
+    # pad value v: pad with 0 and add v where the mask is off
+    inside = LT.full(x.shape, True, dtypes.bool)._view(lambda st: st.pad(pos))
+    return inside.where(padded, padded.const_like(value))
+
+  def flip(self, dims) -> LT:
+    dims = tuple(d % self.ndim for d in dims)
+    if not dims: return self
+    return self._view(lambda st: st.flip(dims))
+
+  def slice(self, dim: int, start: int, end: int, step: int = 1) -> LT:
+    dim %= self.ndim
+    bounds = [(0, s) for s in self.shape]
+    bounds[dim] = (start, max(start, end))
+    x = self.shrink(bounds)
+    if step == 1: return x
+    steps = [1] * self.ndim
+    steps[dim] = step
+    return x._view(lambda st: st.stride_step(tuple(steps)))
+
+  def as_strided(self, shape, strides, offset=0) -> LT:
+    """A raw strided window over this tensor's contiguous element order."""
+    return self._view(lambda st: st.as_strided(tuple(shape), tuple(strides), offset))
+
+  def squeeze_dims(self, dims) -> LT:
+    dims = {d % self.ndim for d in dims} if self.ndim else set()
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
+
+  def unsqueeze(self, dim: int) -> LT:
+    dim = dim % (self.ndim + 1)
+    return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+  def transpose(self, a: int, b: int) -> LT:
+    order = list(range(self.ndim))
+    order[a], order[b] = order[b], order[a]
+    return self.permute(order)
+
+  def broadcast_to(self, shape) -> LT:
+    shape = tuple(shape)
+    if self.shape == shape: return self
+    x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
+    return x.expand(shape)
+
+  # ---------------- elementwise
+  def cast(self, dtype: DType) -> LT:
+    if dtype == self.dtype: return self
+    return LT(UOp(Ops.CAST, dtype, (self.uop,)))
+
+  def bitcast(self, dtype: DType) -> LT: return LT(UOp(Ops.BITCAST, dtype, (self.uop,)))
+
+  def _lift(self, x) -> LT:
+    return x if isinstance(x, LT) else LT.full(self.shape, x, self.dtype)
+
+  def alu(self, op: Ops, *others, arg=None, dtype: DType | None = None) -> LT:
+    xs = [self] + [self._lift(o) for o in others]
+    shape = broadcast_shapes(*[x.shape for x in xs])
+    xs = [x.broadcast_to(shape) for x in xs]
+    if dtype is None: dtype = dtypes.bool if op in (Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE) else self.dtype
+    return LT(UOp(op, dtype, tuple(x.uop for x in xs), arg))
+
+  def __add__(self, x): return self.alu(Ops.ADD, x)
+  def __sub__(self, x): return self.alu(Ops.SUB, x)
+  def __mul__(self, x): return self.alu(Ops.MUL, x)
+  def __truediv__(self, x): return self.alu(Ops.FDIV, x)
+  def __neg__(self): return self.alu(Ops.NEG)
+  def __lt__(self, x): return self.alu(Ops.CMPLT, x)
+  def __le__(self, x): return self.alu(Ops.CMPLE, x)
+  def __gt__(self, x): return self._lift(x).alu(Ops.CMPLT, self)
+  def __ge__(self, x): return self._lift(x).alu(Ops.CMPLE, self)
+  def eq(self, x): return self.alu(Ops.CMPEQ, x)
+  def ne(self, x): return self.alu(Ops.CMPNE, x)
+  def __and__(self, x): return self.alu(Ops.AND, x)
+  def __or__(self, x): return self.alu(Ops.OR, x)
+  def __xor__(self, x): return self.alu(Ops.XOR, x)
+  def logical_not(self): return self.alu(Ops.NOT)
+  def recip(self): return self.alu(Ops.RECIP)
+  def maximum(self, x): return self.alu(Ops.MAX, x)
+  def minimum(self, x): return self.alu(Ops.MIN, x)
+  def math(self, name: str, *others) -> LT: return self.alu(Ops.MATH, *others, arg=name)
+  def exp(self): return self.math("exp")
+  def log(self): return self.math("log")
+  def sqrt(self): return self.math("sqrt")
+  def isnan(self): return self.ne(self)
+
+  def where(self, a, b) -> LT:
+    """self is a bool condition."""
+    a_lt = a if isinstance(a, LT) else None
+    b_lt = b if isinstance(b, LT) else None
+    ref = a_lt or b_lt
+    assert ref is not None, "where needs at least one tensor branch"
+    a_lt = a_lt or ref._lift(a)
+    b_lt = b_lt or ref._lift(b)
+    shape = broadcast_shapes(self.shape, a_lt.shape, b_lt.shape)
+    c, a2, b2 = (x.broadcast_to(shape) for x in (self, a_lt, b_lt))
+    return LT(UOp(Ops.WHERE, a2.dtype, (c.uop, a2.uop, b2.uop)))
+
+  # ---------------- reductions
+  def reduce(self, op: Ops, axes, keepdim: bool = True) -> LT:
+    requested = tuple(sorted({a % self.ndim for a in axes})) if self.ndim else ()
+    real = tuple(a for a in requested if self.shape[a] != 1)
+    out = LT(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, real))) if real else self
+    if self.numel() == 0 and real:  # reducing an empty tensor gives the identity
+      from torch_uop.core.codegen import reduce_identity
+      out = LT.full(out.shape, reduce_identity(op, self.dtype), self.dtype)
+    if keepdim: return out
+    return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in requested))
+
+  def sum(self, axes, keepdim=True): return self.reduce(Ops.ADD, axes, keepdim)
+  def max(self, axes, keepdim=True): return self.reduce(Ops.MAX, axes, keepdim)
+
+  def contiguous(self) -> LT: return LT(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+  def gather(self, dim: int, index: LT) -> LT:
+    """torch.gather semantics: out[i] = self[i with i[dim] := index[i]]; index has out's shape."""
+    return LT(UOp(Ops.GATHER, self.dtype, (self.uop, index.uop), dim % self.ndim))

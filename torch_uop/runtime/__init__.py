@@ -1,0 +1,1 @@
+"""Runtime: devices that compile and launch kernels, and the executor PyTorch calls."""

@@ -1,0 +1,51 @@
+"""CPU device: LLVM IR text -> native code through llvmlite, for the host CPU.
+
+`CPUProgram(source, names)` parses, verifies and optimizes (O3 pipeline with loop and SLP
+vectorization) one module, JIT-compiles it with MCJIT for the host CPU and its features, and
+exposes each kernel (name -> number of buffer arguments) as a ctypes function taking one `void*`
+per buffer. Libm functions referenced by
+the IR resolve against the running process. It knows nothing of UOps or torch.
+"""
+from __future__ import annotations
+import ctypes
+import ctypes.util
+import functools
+import threading
+import llvmlite.binding as llvm
+
+_lock = threading.Lock()
+
+
+@functools.cache
+def _target_machine():
+  llvm.initialize_native_target()
+  llvm.initialize_native_asmprinter()
+  libm = ctypes.util.find_library("m")
+  if libm: llvm.load_library_permanently(libm)
+  target = llvm.Target.from_default_triple()
+  return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                      opt=3, reloc="default", codemodel="jitdefault")
+
+
+def optimize(mod, tm, level: int = 3):
+  pto = llvm.create_pipeline_tuning_options(speed_level=level)
+  pto.loop_vectorization = level >= 2
+  pto.slp_vectorization = level >= 2
+  pb = llvm.create_pass_builder(tm, pto)
+  pb.getModulePassManager().run(mod, pb)
+
+
+class CPUProgram:
+  def __init__(self, source: str, signatures: dict[str, int], opt_level: int = 3):
+    with _lock:
+      tm = _target_machine()
+      mod = llvm.parse_assembly(source)
+      mod.verify()
+      if opt_level: optimize(mod, tm, opt_level)
+      self.engine = llvm.create_mcjit_compiler(mod, tm)
+      self.engine.finalize_object()
+      self.optimized_ir = str(mod)
+      self.functions = {}
+      for name, nargs in signatures.items():
+        addr = self.engine.get_function_address(name)
+        self.functions[name] = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs))(addr)

@@ -1,0 +1,162 @@
+"""The executor: a LoweredGraph -> the callable PyTorch calls in place of the FX graph.
+
+At compile time: schedule the tensor graph, build and linearize each kernel, render all kernels
+into one LLVM module and compile it, and plan every step (which buffers to allocate, which to free
+after their last use). At call time: check each input's layout, bind `data_ptr`s, launch kernels
+and fallback ops in order, and return the outputs. Intermediates and outputs are allocated by torch.
+"""
+from __future__ import annotations
+import math
+import sys
+import time
+import torch
+from torch_uop.core.dtypes import to_torch
+from torch_uop.core.uop import UOp, Ops, pretty
+from torch_uop.lowering.tensor import LT
+from torch_uop.core.schedule import schedule, KernelItem, FallbackItem
+from torch_uop.core.codegen import build_kernel
+from torch_uop.core.renderer.llvmir import render_llvm
+from torch_uop.lowering.graph import LoweredGraph, TensorRef
+from torch_uop.runtime.cpu import CPUProgram
+from torch_uop import counters as _metrics
+
+
+class _Timer:
+  def __init__(self, stage: str): self.stage = stage
+  def __enter__(self): self.t0 = time.perf_counter()
+  def __exit__(self, *a): _metrics.state()["compile_time_s"][self.stage] += time.perf_counter() - self.t0
+
+
+def _substitute(x, tensors):
+  if isinstance(x, TensorRef): return tensors[x.index]
+  if isinstance(x, (list, tuple)): return type(x)(_substitute(a, tensors) for a in x)
+  return x
+
+
+class CompiledGraph:
+  _boxed_call = True
+
+  def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph"):
+    self.debug = debug
+    self.inputs = lowered.inputs
+    roots, seen = [], set()
+    outputs = []
+    for kind, v in lowered.outputs:
+      if kind == "tensor" and v.uop.op is Ops.BUFFER and not v.uop.src:
+        v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))  # never hand out a graph input as a fresh output
+      outputs.append((kind, v))
+      if kind == "tensor" and v.uop not in seen: roots.append(v.uop); seen.add(v.uop)
+    with _Timer("schedule"):
+      sched = schedule(roots, lowered.next_slot, lowered.buffer_slots)
+    self.buffers = sched.buffers
+    kernels = []
+    with _Timer("codegen"):
+      for i, item in enumerate(sched.items):
+        if isinstance(item, KernelItem): kernels.append((item, build_kernel(item, f"{name}_k{i}")))
+    with _Timer("render"):
+      sources = [render_llvm(k.name, k.program, k.buffers) for _, k in kernels]
+    self.kernels = [k for _, k in kernels]
+    if debug >= 2: self._print_kernels(sched, sources)
+    self.program = None
+    if kernels:
+      with _Timer("llvm"):
+        self.program = CPUProgram(_merge_modules(sources), {k.name: len(k.buffers) for _, k in kernels}, opt_level)
+    _metrics.state()["kernels_compiled"] += len(kernels)
+
+    # plan the steps: (kind, payload) with buffer lifetimes
+    fn_of = {id(item): self.program.functions[k.name] for item, k in kernels}
+    kernel_of = {id(item): k for item, k in kernels}
+    steps = []
+    for item in sched.items:
+      if isinstance(item, KernelItem):
+        info = self.buffers[item.out_slot]
+        k = kernel_of[id(item)]
+        steps.append(("kernel", (fn_of[id(item)], k.buffers, item.out_slot, info.shape, to_torch(info.dtype),
+                                 math.prod(info.shape) == 0)))
+      else:
+        steps.append(("fallback", item))
+    self.steps = steps
+    self.n_kernels = len(kernels)
+    self.n_fallbacks = sum(1 for s in steps if s[0] == "fallback")
+    self.outputs = []
+    for kind, v in outputs:
+      self.outputs.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, v.shape if kind == "tensor" else None))
+    # free each intermediate after its last use
+    keep = {slot for kind, slot, _ in self.outputs if kind == "tensor"}
+    last_use: dict = {}
+    for i, (kind, payload) in enumerate(steps):
+      used = payload[1] if kind == "kernel" else payload.in_slots + payload.out_slots
+      for s in used: last_use[s] = i
+    self.release = [[] for _ in steps]
+    for s, i in last_use.items():
+      if s not in keep and self.buffers[s].kind != "input": self.release[i].append(s)
+
+  def _print_kernels(self, sched, sources):
+    print(f"[torch_uop] {len(self.kernels)} kernels, {sum(isinstance(i, FallbackItem) for i in sched.items)} fallback steps",
+          file=sys.stderr)
+    for k, src in zip(self.kernels, sources):
+      info = self.buffers[k.buffers[0]]
+      print(f"  {k.name}: out {tuple(info.shape)} {info.dtype.name} <- buffers {k.buffers[1:]}", file=sys.stderr)
+      if self.debug >= 5: print(pretty(k.ast), file=sys.stderr)
+      if self.debug >= 4: print(src, file=sys.stderr)
+
+  def _bind_input(self, spec, t: torch.Tensor) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+      raise TypeError(f"torch_uop: expected a tensor for input {spec.slot}, got {type(t).__name__}")
+    if t.device.type != "cpu":
+      raise RuntimeError(f"torch_uop: input {spec.slot} is on {t.device}, but this graph was compiled for the CPU")
+    if t.dtype != spec.dtype or tuple(t.shape) != spec.shape:
+      raise RuntimeError(f"torch_uop: input {spec.slot} is {tuple(t.shape)} {t.dtype}, compiled for {spec.shape} {spec.dtype}")
+    if tuple(t.stride()) != spec.strides and math.prod(spec.shape) > 1:
+      # a layout the kernels were not built for: copy into the compiled layout
+      t = torch.empty_strided(spec.shape, spec.strides, dtype=t.dtype).copy_(t)
+    return t
+
+  def __call__(self, args):
+    bufs: dict = {}
+    for spec, t in zip(self.inputs, args): bufs[spec.slot] = self._bind_input(spec, t)
+    for i, (kind, payload) in enumerate(self.steps):
+      if kind == "kernel":
+        fn, slots, out_slot, shape, dtype, empty = payload
+        bufs[out_slot] = out = torch.empty(shape, dtype=dtype)
+        if not empty: fn(*[bufs[s].data_ptr() for s in slots])
+      else:
+        self._run_fallback(payload, bufs)
+      for s in self.release[i]: del bufs[s]
+    st = _metrics.state()
+    st["kernels_launched"] += self.n_kernels
+    st["fallback_steps_run"] += self.n_fallbacks
+    outs = []
+    for kind, v, shape in self.outputs:
+      if kind == "tensor": outs.append(bufs[v].view(shape) if bufs[v].shape != shape else bufs[v])
+      elif kind == "input": outs.append(args[v])
+      else: outs.append(v)
+    args.clear() if isinstance(args, list) else None
+    return outs
+
+  def _run_fallback(self, item: FallbackItem, bufs: dict):
+    op = item.node.arg
+    tensors = []
+    for src, s in zip(item.node.src, item.in_slots):
+      t = bufs[s]
+      tensors.append(t.view(src.shape) if src.op is not Ops.BUFFER and tuple(t.shape) != src.shape else t)
+    result = op.target(*_substitute(op.args, tensors), **{k: _substitute(v, tensors) for k, v in op.kwargs.items()})
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    it = iter(item.out_slots)
+    for r in results:
+      if r is None: continue
+      bufs[next(it)] = r.contiguous()
+
+
+def _merge_modules(sources: list[str]) -> str:
+  """Concatenate kernel functions into one module, declaring each external once."""
+  decls, bodies, meta = set(), [], []
+  for i, src in enumerate(sources):
+    for line in src.splitlines():
+      if line.startswith("declare "): decls.add(line)
+    body = "\n".join(l for l in src.splitlines() if not l.startswith("declare ") and not l.startswith("attributes")
+                     and not l.startswith("!"))
+    body = body.replace("!llvm.loop !0", f"!llvm.loop !{2 * i}")
+    bodies.append(body)
+    meta.append(f"!{2 * i} = distinct !{{!{2 * i}, !{2 * i + 1}}}\n!{2 * i + 1} = !{{!\"llvm.loop.mustprogress\"}}")
+  return "\n".join(sorted(decls)) + "\n" + "\n".join(bodies) + "\nattributes #0 = { nounwind }\n" + "\n".join(meta) + "\n"
