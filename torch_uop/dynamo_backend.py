@@ -24,8 +24,8 @@ _EXTRA_DECOMPS = [
   aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
   aten.native_layer_norm, aten.native_layer_norm_backward, aten.native_batch_norm,
   aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
-  aten.native_batch_norm_backward, aten.gelu, aten.gelu_backward, aten.embedding_dense_backward,
-  aten.nll_loss_forward, aten.nll_loss_backward, aten.max_pool2d_with_indices_backward,
+  aten.native_batch_norm_backward, aten.gelu, aten.gelu_backward,
+  aten.nll_loss_forward, aten.nll_loss_backward,
   aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward, aten.avg_pool2d, aten.avg_pool2d_backward,
   aten.addmm, aten.mv, aten.dot, aten.tanh_backward, aten.sigmoid_backward, aten.threshold_backward,
   aten.silu, aten.silu_backward, aten.hardtanh, aten.leaky_relu, aten.elu, aten.log_sigmoid_forward,
@@ -33,7 +33,8 @@ _EXTRA_DECOMPS = [
 ]
 
 # ops torch_uop lowers whole: keep them out of the table even if core ATen decomposes them
-_KEEP_WHOLE = {aten.max_pool2d_with_indices.default}
+_KEEP_WHOLE = {aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
+               aten.embedding_dense_backward.default, aten.embedding.default}
 
 
 @functools.cache

@@ -92,15 +92,16 @@ class _Evaluator:
       for a, r in zip(axes, self.reduce_ranges): src_idxs[a] = r
       value = self.eval(node.src[0], tuple(src_idxs), gate)
       return UOp(Ops.REDUCE, node.dtype, (value, *self.reduce_ranges), op)
+    if node.op is Ops.IOTA: return idxs[0].cast(node.dtype)
     if node.op is Ops.GATHER:
-      x, index = node.src
-      dim = node.arg
-      i = self.eval(index, idxs, gate).cast(IDX)
-      size = _c(x.shape[dim])
-      i = (i < _c(0)).where(i + size, i)
-      i = i.maximum(_c(0)).minimum(size - _c(1))  # never read out of bounds, whatever the data
-      new = list(idxs)
-      new[dim] = i
+      x, *indices = node.src
+      new = []
+      for d, source in enumerate(node.arg):
+        if isinstance(source, int): new.append(idxs[source]); continue
+        i = self.eval(indices[source[1]], idxs, gate).cast(IDX)
+        size = _c(x.shape[d])
+        i = (i < _c(0)).where(i + size, i)
+        new.append(i.maximum(_c(0)).minimum(size - _c(1)))  # never read out of bounds, whatever the data
       return self.eval(x, tuple(new), gate)
     if node.op is Ops.CONTIGUOUS: return self.eval(node.src[0], idxs, gate)
     if node.op in ELEMENTWISE:

@@ -68,9 +68,12 @@ def _kernel_reduces(root: UOp, realized: set) -> tuple[list, set]:
       stack.append((node.src[0], False, True))
       continue
     if node.op is Ops.VIEW:
-      stack.append((node.src[0], True, under_reduce)); continue
+      # a pure reshape keeps every element where it was: a reduction under it still fuses
+      stack.append((node.src[0], under_view or not node.arg.is_contiguous, under_reduce)); continue
     if node.op is Ops.GATHER:
-      stack.append((node.src[0], True, under_reduce)); stack.append((node.src[1], under_view, under_reduce)); continue
+      stack.append((node.src[0], True, under_reduce))
+      for s in node.src[1:]: stack.append((s, under_view, under_reduce))
+      continue
     for s in node.src: stack.append((s, under_view, under_reduce))
   return fused, must_realize
 

@@ -23,7 +23,8 @@ class Ops(enum.Enum):
   BUFFER = enum.auto()        # a flat input/intermediate buffer; arg=(slot, numel)
   VIEW = enum.auto()          # movement op; arg=ShapeTracker mapping its shape onto src's flat index
   REDUCE_AXIS = enum.auto()   # arg=(reduce op, axes)
-  GATHER = enum.auto()        # out[i] = src[i with i[dim] := index[i]]; src=(x, index), arg=dim
+  GATHER = enum.auto()        # data-dependent read; src=(x, *index tensors), arg=per-x-dim source (see LT.gather_nd)
+  IOTA = enum.auto()          # 1-d tensor whose value is its index; arg=length
   CONTIGUOUS = enum.auto()    # force the source to be realized into its own buffer
   # kernel level
   DEFINE_GLOBAL = enum.auto()  # kernel argument pointer; arg=slot
@@ -150,6 +151,7 @@ def _tensor_shape(u: UOp) -> tuple:
   if u.op is Ops.REDUCE_AXIS:
     return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
   if u.op is Ops.GATHER: return u.src[1].shape
+  if u.op is Ops.IOTA: return (u.arg,)
   return u.src[-1].shape if u.op is Ops.WHERE else u.src[0].shape
 
 

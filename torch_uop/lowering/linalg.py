@@ -1,1 +1,143 @@
-"""linalg lowerings."""
+"""Matmul and convolution lowerings, as generated kernels (no ATen calls).
+
+A matmul is a broadcast multiply reduced over K: `a[M,1,K] * b[1,N,K]`, summed over the last axis.
+A convolution is the same over a window view: the padded input seen as
+`[N, G, 1, Cg, *out, *kernel]` through `as_strided` (no copy) times the weight
+`[1, G, Og, Cg, 1.., *kernel]`, summed over `(Cg, *kernel)`. Transposed convolution and the input
+gradient are a convolution of the zero-stuffed input with the flipped, transposed weight; the weight
+gradient is the window view times the output gradient, summed over batch and output positions.
+"""
+from __future__ import annotations
+import math
+import torch
+from torch_uop.core.uop import Ops
+from torch_uop.lowering.registry import register, Unsupported
+from torch_uop.lowering.tensor import LT, compute_dtype
+
+aten = torch.ops.aten
+
+
+def matmul(a: LT, b: LT) -> LT:
+  """Batched matmul over the last two dims; batch dims must already match."""
+  *batch, m, k = a.shape
+  n = b.shape[-1]
+  acc = compute_dtype(a.dtype)
+  a3 = a.cast(acc).reshape((*batch, m, 1, k)).expand((*batch, m, n, k))
+  b3 = b.cast(acc).transpose(-1, -2).reshape((*batch, 1, n, k)).expand((*batch, m, n, k))
+  return (a3 * b3).sum((len(batch) + 2,), keepdim=False)
+
+
+@register(aten.mm.default, aten.bmm.default)
+def mm(ctx, a, b): return matmul(a, b).cast(ctx.dtype)
+
+
+@register(aten.addmm.default)
+def addmm(ctx, bias, a, b, beta=1, alpha=1):
+  out = matmul(a, b)
+  if alpha != 1: out = out * alpha
+  if beta != 0:
+    bb = bias.cast(out.dtype).broadcast_to(out.shape)
+    out = out + (bb * beta if beta != 1 else bb)
+  return out.cast(ctx.dtype)
+
+
+def _windows(x: LT, groups: int, kernel: tuple, stride: tuple, dilation: tuple, out_sp: tuple) -> LT:
+  """x: [N, C, *spatial] (already padded) -> [N, G, Cg, *out, *kernel] window view."""
+  n, c, *sp = x.shape
+  cg = c // groups
+  cstr = [1] * len(sp)
+  for i in range(len(sp) - 2, -1, -1): cstr[i] = cstr[i + 1] * sp[i + 1]
+  plane = math.prod(sp)
+  shape = (n, groups, cg, *out_sp, *kernel)
+  strides = (c * plane, cg * plane, plane, *[cs * s for cs, s in zip(cstr, stride)], *[cs * d for cs, d in zip(cstr, dilation)])
+  return x.as_strided(shape, strides)
+
+
+def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
+  """Direct convolution: x [N, C, *sp], w [O, C/groups, *k] -> [N, O, *out] in the accumulation dtype."""
+  nd = x.ndim - 2
+  n, c, *sp = x.shape
+  o, cg, *k = w.shape
+  acc = compute_dtype(x.dtype)
+  x = x.cast(acc).pad([(0, 0), (0, 0)] + [(p, p) for p in padding])
+  sp_pad = x.shape[2:]
+  out_sp = tuple((s - d * (kk - 1) - 1) // st + 1 for s, d, kk, st in zip(sp_pad, dilation, k, stride))
+  if any(s <= 0 for s in out_sp): raise Unsupported("empty convolution output")
+  og = o // groups
+  win = _windows(x, groups, tuple(k), stride, dilation, out_sp)                  # [N, G, Cg, *out, *k]
+  win = win.reshape((n, groups, 1, cg, *out_sp, *k))
+  wv = w.cast(acc).reshape((1, groups, og, cg, *([1] * nd), *k))
+  full = (n, groups, og, cg, *out_sp, *k)
+  prod_ = win.expand(full) * wv.expand(full)
+  axes = (3, *range(4 + nd, 4 + 2 * nd))
+  return prod_.sum(axes, keepdim=False).reshape((n, o, *out_sp))
+
+
+def _zero_stuff(x: LT, stride) -> LT:
+  """Insert stride-1 zeros between elements along each spatial dim: [.., s] -> [.., (s-1)*stride+1]."""
+  if all(s == 1 for s in stride): return x
+  n, c, *sp = x.shape
+  shape = [n, c]
+  for s in sp: shape += [s, 1]
+  y = x.reshape(tuple(shape))
+  pads = [(0, 0), (0, 0)]
+  for st in stride: pads += [(0, 0), (0, st - 1)]
+  y = y.pad(pads)
+  y = y.reshape((n, c, *[s * st for s, st in zip(sp, stride)]))
+  return y.shrink([(0, n), (0, c)] + [(0, (s - 1) * st + 1) for s, st in zip(sp, stride)])
+
+
+def conv_transpose(x: LT, w: LT, stride, padding, dilation, output_padding, groups: int) -> LT:
+  """x [N, Cin, *sp], w [Cin, Cout/groups, *k] -> [N, Cout, *out]."""
+  nd = x.ndim - 2
+  cin, cog, *k = w.shape
+  cig = cin // groups
+  y = _zero_stuff(x.cast(compute_dtype(x.dtype)), stride)
+  pads = [(0, 0), (0, 0)]
+  for kk, d, p, op in zip(k, dilation, padding, output_padding):
+    edge = d * (kk - 1) - p
+    pads.append((edge, edge + op))
+  y = y.pad(pads)
+  # weight [G, Cig, Cog, *k] -> [G, Cog, Cig, *k] flipped -> [G*Cog, Cig, *k]
+  wt = w.reshape((groups, cig, cog, *k)).transpose(1, 2).flip(tuple(range(3, 3 + nd))).reshape((groups * cog, cig, *k))
+  return conv(y, wt, (1,) * nd, (0,) * nd, dilation, groups)
+
+
+@register(aten.convolution.default)
+def convolution(ctx, x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+  if transposed: out = conv_transpose(x, w, stride, padding, dilation, output_padding, groups)
+  else: out = conv(x, w, stride, padding, dilation, groups)
+  if bias is not None: out = out + bias.cast(out.dtype).reshape((1, -1) + (1,) * (out.ndim - 2))
+  if out.shape != ctx.shape: raise Unsupported(f"convolution shape {out.shape} != {ctx.shape}")
+  return out.cast(ctx.dtype)
+
+
+@register(aten.convolution_backward.default)
+def convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+                         output_mask):
+  if transposed: raise Unsupported("backward of a transposed convolution")
+  nd = x.ndim - 2
+  acc = compute_dtype(x.dtype)
+  g = grad.cast(acc)
+  grad_input = grad_weight = grad_bias = None
+  if output_mask[0]:
+    # the input gradient is a transposed convolution of grad; output_padding recovers rows the stride dropped
+    sp = x.shape[2:]
+    k = w.shape[2:]
+    out_pad = tuple(s + 2 * p - d * (kk - 1) - 1 - (o - 1) * st
+                    for s, p, d, kk, o, st in zip(sp, padding, dilation, k, grad.shape[2:], stride))
+    grad_input = conv_transpose(g, w, stride, padding, dilation, out_pad, groups).cast(ctx.dtype_of(0))
+  if output_mask[1]:
+    n, c, *_ = x.shape
+    o, cg, *k = w.shape
+    og = o // groups
+    xp = x.cast(acc).pad([(0, 0), (0, 0)] + [(p, p) for p in padding])
+    out_sp = tuple(grad.shape[2:])
+    win = _windows(xp, groups, tuple(k), stride, dilation, out_sp).reshape((n, groups, 1, cg, *out_sp, *k))
+    gv = g.reshape((n, groups, og, 1, *out_sp, *([1] * nd)))
+    full = (n, groups, og, cg, *out_sp, *k)
+    axes = (0, *range(4, 4 + nd))
+    grad_weight = (win.expand(full) * gv.expand(full)).sum(axes, keepdim=False).reshape((o, cg, *k)).cast(ctx.dtype_of(1))
+  if output_mask[2]:
+    grad_bias = g.sum((0, *range(2, 2 + nd)), keepdim=False).cast(ctx.dtype_of(2))
+  return grad_input, grad_weight, grad_bias

@@ -1,1 +1,149 @@
-"""movement lowerings."""
+"""Movement lowerings: view/reshape, permute, expand, slice, select, squeeze/unsqueeze, cat,
+constant_pad_nd, flip, as_strided, and the scatters of their backwards (slice_scatter,
+select_scatter). All of them are index maps (VIEW nodes); none copies data.
+"""
+from __future__ import annotations
+import torch
+from torch_uop.core.dtypes import dtypes
+from torch_uop.lowering.registry import register, Unsupported
+from torch_uop.lowering.tensor import LT
+
+aten = torch.ops.aten
+
+
+@register(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default)
+def view(ctx, x, shape): return x.reshape(ctx.shape)
+
+
+@register(aten.permute.default)
+def permute(ctx, x, dims): return x.permute(dims)
+
+
+@register(aten.t.default)
+def t(ctx, x): return x.permute((1, 0)) if x.ndim == 2 else x
+
+
+@register(aten.transpose.int)
+def transpose(ctx, x, a, b): return x.transpose(a % x.ndim, b % x.ndim) if x.ndim else x
+
+
+@register(aten.expand.default)
+def expand(ctx, x, shape, implicit=False): return x.broadcast_to(ctx.shape)
+
+
+@register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default)
+def squeeze(ctx, x, *dims): return x.reshape(ctx.shape)
+
+
+@register(aten.slice.Tensor)
+def slice_(ctx, x, dim=0, start=None, end=None, step=1):
+  dim %= x.ndim
+  size = x.shape[dim]
+  start, end = _clamp_range(start, end, size)
+  return x.slice(dim, start, end, step)
+
+
+def _clamp_range(start, end, size):
+  start = 0 if start is None else start
+  end = size if end is None else end
+  if start < 0: start += size
+  if end < 0: end += size
+  start = min(max(start, 0), size)
+  end = min(max(end, start), size)
+  return start, end
+
+
+@register(aten.select.int)
+def select(ctx, x, dim, index):
+  dim %= x.ndim
+  if index < 0: index += x.shape[dim]
+  return x.slice(dim, index, index + 1).squeeze_dims((dim,))
+
+
+@register(aten.cat.default)
+def cat(ctx, tensors, dim=0):
+  tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]  # legacy: empty 1-d tensors are skipped
+  if not tensors: return LT.full(ctx.shape, 0, ctx.dtype)
+  dim %= tensors[0].ndim
+  total = sum(t.shape[dim] for t in tensors)
+  out, offset = None, 0
+  for t in tensors:
+    n = t.shape[dim]
+    pads = [(0, 0)] * t.ndim
+    pads[dim] = (offset, total - offset - n)
+    piece = t.cast(ctx.dtype).pad(pads)
+    if out is None: out = piece
+    else:
+      inside = LT.full(t.shape, True, dtypes.bool).pad(pads)
+      out = inside.where(piece, out)
+    offset += n
+  return out
+
+
+@register(aten.constant_pad_nd.default)
+def constant_pad_nd(ctx, x, pad, value=0):
+  pads = [(0, 0)] * x.ndim
+  for i in range(len(pad) // 2):
+    pads[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+  return x.pad(pads, value)
+
+
+@register(aten.flip.default)
+def flip(ctx, x, dims): return x.flip(dims)
+
+
+@register(aten.split_with_sizes.default)
+def split_with_sizes(ctx, x, sizes, dim=0):
+  dim %= x.ndim
+  out, offset = [], 0
+  for s in sizes:
+    out.append(x.slice(dim, offset, offset + s))
+    offset += s
+  return out
+
+
+@register(aten.split.Tensor)
+def split(ctx, x, size, dim=0):
+  dim %= x.ndim
+  return [x.slice(dim, o, min(o + size, x.shape[dim])) for o in range(0, x.shape[dim], size)] or [x]
+
+
+@register(aten.unbind.int)
+def unbind(ctx, x, dim=0):
+  dim %= x.ndim
+  return [x.slice(dim, i, i + 1).squeeze_dims((dim,)) for i in range(x.shape[dim])]
+
+
+@register(aten.slice_scatter.default)
+def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+  dim %= x.ndim
+  start, end = _clamp_range(start, end, x.shape[dim])
+  if step != 1: raise Unsupported("slice_scatter with step")
+  pads = [(0, 0)] * x.ndim
+  pads[dim] = (start, x.shape[dim] - end)
+  inside = LT.full(src.shape, True, dtypes.bool).pad(pads)
+  return inside.where(src.cast(x.dtype).pad(pads), x)
+
+
+@register(aten.select_scatter.default)
+def select_scatter(ctx, x, src, dim, index):
+  dim %= x.ndim
+  if index < 0: index += x.shape[dim]
+  src = src.unsqueeze(dim)
+  pads = [(0, 0)] * x.ndim
+  pads[dim] = (index, x.shape[dim] - index - 1)
+  inside = LT.full(src.shape, True, dtypes.bool).pad(pads)
+  return inside.where(src.cast(x.dtype).pad(pads), x)
+
+
+@register(aten.as_strided.default)
+def as_strided(ctx, x, size, stride, storage_offset=None):
+  from torch_uop.core.uop import Ops
+  # strides are relative to x's storage: only well-defined here when x is its own contiguous storage
+  if x.uop.op is Ops.VIEW and not (x.uop.arg.is_contiguous): raise Unsupported("as_strided of a non-contiguous view")
+  return x.reshape((x.numel(),)).as_strided(tuple(size), tuple(stride), storage_offset or 0)
+
+
+@register(aten.copy.default)
+def copy(ctx, x, src, non_blocking=False):
+  return src.cast(ctx.dtype).broadcast_to(ctx.shape)

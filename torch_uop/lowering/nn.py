@@ -1,1 +1,113 @@
-"""nn lowerings."""
+"""Neural-network lowerings that decompositions leave whole: embedding (and its backward),
+max pooling with indices (and its backward).
+
+Both backwards are written as gathers plus sums rather than scatters, so they stay ordinary,
+race-free kernels: the embedding gradient sums each output row over the tokens equal to it, and
+the max-pool gradient visits, for each input position, the few output windows that can hold it.
+"""
+from __future__ import annotations
+import math
+import torch
+from torch_uop.core.uop import Ops
+from torch_uop.core.dtypes import dtypes
+from torch_uop.lowering.registry import register, Unsupported
+from torch_uop.lowering.tensor import LT, compute_dtype
+
+aten = torch.ops.aten
+
+
+@register(aten.embedding.default)
+def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+  out_shape = (*indices.shape, weight.shape[1])
+  idx = indices.unsqueeze(-1).broadcast_to(out_shape)
+  return weight.gather_nd((("idx", 0), len(out_shape) - 1), [idx])
+
+
+@register(aten.embedding_dense_backward.default)
+def embedding_dense_backward(ctx, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+  if scale_grad_by_freq: raise Unsupported("scale_grad_by_freq")
+  d = grad.shape[-1]
+  n = indices.numel()
+  acc = compute_dtype(grad.dtype)
+  g = grad.cast(acc).reshape((n, 1, d))                   # [N, 1, D]
+  ids = indices.reshape((n, 1, 1))                          # [N, 1, 1]
+  rows = LT.iota(num_weights).reshape((1, num_weights, 1)).cast(ids.dtype)
+  hit = ids.eq(rows)                                        # [N, V, 1]
+  if padding_idx is not None and padding_idx >= 0: hit = hit & rows.ne(padding_idx)
+  contrib = hit.broadcast_to((n, num_weights, d)).where(g.broadcast_to((n, num_weights, d)), 0.0)
+  return contrib.sum((0,), keepdim=False).cast(ctx.dtype)
+
+
+def _pool_geometry(size, kernel, stride, padding, dilation, ceil_mode):
+  out = (size + 2 * padding - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)) // stride + 1
+  if ceil_mode and (out - 1) * stride >= size + padding: out -= 1
+  return out
+
+
+def _pool_args(x, kernel, stride, padding, dilation):
+  nd = 2
+  kernel = tuple(kernel) * (nd if len(kernel) == 1 else 1)
+  stride = tuple(stride) if stride else kernel
+  stride = stride * (nd if len(stride) == 1 else 1)
+  padding = tuple(padding) * (nd if len(padding) == 1 else 1)
+  dilation = tuple(dilation) * (nd if len(dilation) == 1 else 1)
+  return kernel, stride, padding, dilation
+
+
+@register(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(ctx, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+  kernel, stride, padding, dilation = _pool_args(x, kernel, stride, padding, dilation)
+  unbatched = x.ndim == 3
+  if unbatched: x = x.unsqueeze(0)
+  n, c, h, w = x.shape
+  oh, ow = (_pool_geometry(s, k, st, p, d, ceil_mode) for s, k, st, p, d in zip((h, w), kernel, stride, padding, dilation))
+  low = x.dtype.min()
+  # pad enough on the right for ceil_mode windows; padding reads as -inf (never the max)
+  need = [(o - 1) * st + d * (k - 1) + 1 for o, st, d, k in zip((oh, ow), stride, dilation, kernel)]
+  pads = [(0, 0), (0, 0)] + [(p, max(0, nd_ - s - p)) for p, nd_, s in zip(padding, need, (h, w))]
+  xp = x.pad(pads, low)
+  hp, wp = xp.shape[2:]
+  kh, kw = kernel
+  win = xp.as_strided((n, c, oh, ow, kh, kw), (c * hp * wp, hp * wp, stride[0] * wp, stride[1], dilation[0] * wp, dilation[1]))
+  win = win.reshape((n, c, oh, ow, kh * kw))
+  m = win.reduce(Ops.MAX, (4,), True)
+  hit = win.eq(m)
+  if x.dtype.is_float: hit = hit | (win.isnan() & m.isnan())
+  k_iota = LT.iota(kh * kw).reshape((1, 1, 1, 1, kh * kw)).broadcast_to(win.shape)
+  k = hit.where(k_iota, k_iota.const_like(kh * kw)).reduce(Ops.MIN, (4,), False)   # [n, c, oh, ow]
+  ki, kj = k.alu(Ops.IDIV, kw), k.alu(Ops.MOD, kw)
+  rows = LT.iota(oh).reshape((1, 1, oh, 1)).broadcast_to(k.shape)
+  cols = LT.iota(ow).reshape((1, 1, 1, ow)).broadcast_to(k.shape)
+  hh = rows * stride[0] - padding[0] + ki * dilation[0]
+  ww = cols * stride[1] - padding[1] + kj * dilation[1]
+  idx = hh * w + ww
+  vals = m.reshape((n, c, oh, ow))
+  if unbatched: vals, idx = vals.reshape((c, oh, ow)), idx.reshape((c, oh, ow))
+  return vals, idx
+
+
+@register(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(ctx, grad, x, kernel, stride, padding, dilation, ceil_mode, indices):
+  kernel, stride, padding, dilation = _pool_args(x, kernel, stride, padding, dilation)
+  unbatched = x.ndim == 3
+  if unbatched: x, grad, indices = x.unsqueeze(0), grad.unsqueeze(0), indices.unsqueeze(0)
+  n, c, h, w = x.shape
+  oh, ow = grad.shape[2:]
+  acc = compute_dtype(grad.dtype)
+  shape = (n, c, h, w)
+  rows = LT.iota(h).reshape((1, 1, h, 1)).broadcast_to(shape)
+  cols = LT.iota(w).reshape((1, 1, 1, w)).broadcast_to(shape)
+  flat = rows * w + cols
+  total = None
+  for j in range((kernel[0] - 1) * dilation[0] // stride[0] + 1):
+    cand_h = (rows + padding[0]).alu(Ops.IDIV, stride[0]) - j
+    for i in range((kernel[1] - 1) * dilation[1] // stride[1] + 1):
+      cand_w = (cols + padding[1]).alu(Ops.IDIV, stride[1]) - i
+      valid = (cand_h >= 0) & (cand_h < oh) & (cand_w >= 0) & (cand_w < ow)
+      src = (0, 1, ("idx", 0), ("idx", 1))
+      picked = indices.gather_nd(src, [cand_h, cand_w])
+      g = grad.cast(acc).gather_nd(src, [cand_h, cand_w])
+      term = (valid & picked.eq(flat)).where(g, 0.0)
+      total = term if total is None else total + term
+  out = total.cast(ctx.dtype)
+  return out.reshape((c, h, w)) if unbatched else out

@@ -1,1 +1,114 @@
-"""reduction lowerings."""
+"""Reduction lowerings: sum, mean, prod, amax/amin, max/min with indices, var, argmax/argmin, any/all.
+
+Reductions accumulate in the computation dtype eager uses (float32 for half types, int64 for
+integer sums as `meta["val"]` says) and are cast to the result dtype at the end. Arg-reductions are
+two reductions: the extreme value, then the first index that holds it (NaN counts as the extreme).
+"""
+from __future__ import annotations
+import torch
+from torch_uop.core.uop import Ops
+from torch_uop.core.dtypes import dtypes
+from torch_uop.lowering.registry import register, Unsupported
+from torch_uop.lowering.tensor import LT, compute_dtype
+
+aten = torch.ops.aten
+
+
+def _axes(x: LT, dims) -> tuple:
+  if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0): return tuple(range(x.ndim))
+  if isinstance(dims, int): dims = [dims]
+  return tuple(d % max(x.ndim, 1) for d in dims) if x.ndim else ()
+
+
+def _reduce(ctx, x: LT, op: Ops, dims, keepdim: bool) -> LT:
+  acc = compute_dtype(ctx.dtype)
+  return x.cast(acc).reduce(op, _axes(x, dims), keepdim).cast(ctx.dtype)
+
+
+@register(aten.sum.dim_IntList, aten.sum.default)
+def sum_(ctx, x, dims=None, keepdim=False, dtype=None):
+  return _reduce(ctx, x, Ops.ADD, dims, keepdim)
+
+
+@register(aten.prod.dim_int, aten.prod.default)
+def prod(ctx, x, dim=None, keepdim=False, dtype=None):
+  return _reduce(ctx, x, Ops.MUL, dim, keepdim)
+
+
+@register(aten.mean.dim, aten.mean.default)
+def mean(ctx, x, dims=None, keepdim=False, dtype=None):
+  axes = _axes(x, dims)
+  n = 1
+  for a in axes: n *= x.shape[a]
+  acc = compute_dtype(ctx.dtype)
+  total = x.cast(acc).reduce(Ops.ADD, axes, keepdim)
+  return (total * (1.0 / n if n else float("nan"))).cast(ctx.dtype) if n else (total * float("nan")).cast(ctx.dtype)
+
+
+@register(aten.amax.default, aten.amin.default)
+def amax(ctx, x, dims=(), keepdim=False):
+  op = Ops.MAX if ctx.node.target is aten.amax.default else Ops.MIN
+  if x.numel() == 0: raise Unsupported("amax of an empty tensor is an error in eager")
+  return x.reduce(op, _axes(x, dims), keepdim)
+
+
+@register(aten.max.default, aten.min.default)
+def max_all(ctx, x):
+  if x.numel() == 0: raise Unsupported("max of an empty tensor is an error in eager")
+  return x.reduce(Ops.MAX if ctx.node.target is aten.max.default else Ops.MIN, _axes(x, None), False)
+
+
+def _arg_extreme(x: LT, dim: int | None, keepdim: bool, is_max: bool) -> tuple[LT, LT]:
+  """(values, first index of the extreme) along dim; NaN is the extreme, as in eager."""
+  if dim is None: x, dim = x.reshape((x.numel(),)), 0
+  dim %= max(x.ndim, 1)
+  if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
+  m = x.reduce(Ops.MAX if is_max else Ops.MIN, (dim,), True)
+  hit = x.eq(m)
+  if x.dtype.is_float: hit = hit | (x.isnan() & m.isnan())
+  n = x.shape[dim]
+  iota = LT.iota(n).reshape(tuple(n if d == dim else 1 for d in range(x.ndim))).broadcast_to(x.shape)
+  idx = hit.where(iota, iota.const_like(n)).reduce(Ops.MIN, (dim,), True)
+  if not keepdim: m, idx = m.squeeze_dims((dim,)), idx.squeeze_dims((dim,))
+  return m, idx
+
+
+@register(aten.argmax.default, aten.argmin.default)
+def argmax(ctx, x, dim=None, keepdim=False):
+  if x.numel() == 0: raise Unsupported("argmax of an empty tensor is an error in eager")
+  _, idx = _arg_extreme(x, dim, keepdim, ctx.node.target is aten.argmax.default)
+  if dim is None and keepdim: idx = idx.reshape(ctx.shape)
+  return idx
+
+
+@register(aten.max.dim, aten.min.dim)
+def max_dim(ctx, x, dim, keepdim=False):
+  if x.numel() == 0: raise Unsupported("max of an empty tensor is an error in eager")
+  return _arg_extreme(x, dim, keepdim, ctx.node.target is aten.max.dim)
+
+
+@register(aten.var.correction, aten.var_mean.correction)
+def var(ctx, x, dims=None, correction=None, keepdim=False):
+  axes = _axes(x, dims)
+  n = 1
+  for a in axes: n *= x.shape[a]
+  c = 1 if correction is None else correction
+  acc = compute_dtype(x.dtype)
+  xf = x.cast(acc)
+  mean = xf.reduce(Ops.ADD, axes, True) * (1.0 / n)
+  d = xf - mean
+  denom = max(n - c, 0)
+  v = (d * d).reduce(Ops.ADD, axes, keepdim) * (1.0 / denom if denom else float("inf"))
+  if denom == 0: v = v * float("nan")  # 0/0 and x/0 are both NaN-producing in eager for var
+  out_dt = ctx.dtype_of(0)
+  v = v.cast(out_dt)
+  if ctx.node.target is aten.var_mean.correction:
+    m = mean if keepdim else mean.reshape(v.shape)
+    return v, m.cast(ctx.dtype_of(1))
+  return v
+
+
+@register(aten.any.default, aten.any.dim, aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims)
+def any_all(ctx, x, dims=None, keepdim=False):
+  is_any = ctx.node.target.overloadpacket is aten.any
+  return x.cast(dtypes.bool).reduce(Ops.MAX if is_any else Ops.MIN, _axes(x, dims), keepdim).cast(ctx.dtype)

@@ -203,6 +203,21 @@ class LT:
 
   def contiguous(self) -> LT: return LT(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
+  @staticmethod
+  def iota(n: int, dtype: DType = dtypes.int64) -> LT:
+    """[0, 1, ..., n-1]"""
+    return LT(UOp(Ops.IOTA, dtype, (), n))
+
+  def gather_nd(self, sources: tuple, indices: list) -> LT:
+    """Data-dependent read. `indices` are LTs of the output's shape; `sources` has one entry per dim of
+    self: an int j (use output index j) or ('idx', k) (use the value of indices[k]). Negative index
+    values wrap once, as in eager; out-of-range values are clamped, never read out of bounds."""
+    assert len(sources) == self.ndim and indices
+    shape = indices[0].shape
+    assert all(i.shape == shape for i in indices)
+    return LT(UOp(Ops.GATHER, self.dtype, (self.uop, *[i.uop for i in indices]), tuple(sources)))
+
   def gather(self, dim: int, index: LT) -> LT:
-    """torch.gather semantics: out[i] = self[i with i[dim] := index[i]]; index has out's shape."""
-    return LT(UOp(Ops.GATHER, self.dtype, (self.uop, index.uop), dim % self.ndim))
+    """torch.gather: out[i] = self[i with i[dim] := index[i]]; index has out's shape."""
+    dim %= self.ndim
+    return self.gather_nd(tuple(("idx", 0) if d == dim else d for d in range(self.ndim)), [index])

@@ -17,11 +17,16 @@ _lock = threading.Lock()
 
 
 @functools.cache
-def _target_machine():
+def _init_llvm():
   llvm.initialize_native_target()
   llvm.initialize_native_asmprinter()
   libm = ctypes.util.find_library("m")
   if libm: llvm.load_library_permanently(libm)
+
+
+def _target_machine():
+  # a fresh one each time: the MCJIT engine takes ownership of the machine it is given
+  _init_llvm()
   target = llvm.Target.from_default_triple()
   return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
                                       opt=3, reloc="default", codemodel="jitdefault")
@@ -42,7 +47,7 @@ class CPUProgram:
       mod = llvm.parse_assembly(source)
       mod.verify()
       if opt_level: optimize(mod, tm, opt_level)
-      self.engine = llvm.create_mcjit_compiler(mod, tm)
+      self.engine = llvm.create_mcjit_compiler(mod, _target_machine())
       self.engine.finalize_object()
       self.optimized_ir = str(mod)
       self.functions = {}
