@@ -34,7 +34,9 @@ _EXTRA_DECOMPS = [
 
 # ops torch_uop lowers whole: keep them out of the table even if core ATen decomposes them
 _KEEP_WHOLE = {aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
-               aten.embedding_dense_backward.default, aten.embedding.default}
+               aten.embedding_dense_backward.default, aten.embedding.default,
+               aten._scaled_dot_product_flash_attention_for_cpu.default,
+               aten._scaled_dot_product_flash_attention_for_cpu_backward.default}
 
 
 @functools.cache

@@ -111,3 +111,55 @@ def max_pool2d_with_indices_backward(ctx, grad, x, kernel, stride, padding, dila
       total = term if total is None else total + term
   out = total.cast(ctx.dtype)
   return out.reshape((c, h, w)) if unbatched else out
+
+
+@register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def sdpa_flash_cpu_backward(ctx, grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, attn_mask=None, scale=None):
+  """Attention backward from the saved output and row log-sum-exp (the flash-attention identities)."""
+  from torch_uop.lowering.linalg import matmul
+  if dropout_p: raise Unsupported("attention dropout")
+  acc = compute_dtype(q.dtype)
+  q, k, v, o, do = (t.cast(acc) for t in (q, k, v, out, grad_out))
+  scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+  s = _attention_scores(q, k, attn_mask, is_causal, scale)                 # [.., Lq, Lk]
+  p = (s - logsumexp.cast(acc).unsqueeze(-1).broadcast_to(s.shape)).exp()  # exp(-inf) = 0 where masked
+  dv = matmul(p.transpose(-1, -2), do)
+  dp = matmul(do, v.transpose(-1, -2))
+  delta = (do * o).sum((-1,), keepdim=True)
+  ds = p * (dp - delta.broadcast_to(dp.shape))
+  dq = matmul(ds, k) * scale
+  dk = matmul(ds.transpose(-1, -2), q) * scale
+  return dq.cast(ctx.dtype_of(0)), dk.cast(ctx.dtype_of(1)), dv.cast(ctx.dtype_of(2))
+
+
+def _attention_scores(q: LT, k: LT, attn_mask, is_causal: bool, scale) -> LT:
+  from torch_uop.lowering.linalg import matmul
+  *_, lq, d = q.shape
+  lk = k.shape[-2]
+  scale = scale if scale is not None else 1.0 / math.sqrt(d)
+  s = matmul(q, k.transpose(-1, -2)) * scale
+  if attn_mask is not None:
+    if attn_mask.dtype.is_bool: s = attn_mask.broadcast_to(s.shape).where(s, -math.inf)
+    else: s = s + attn_mask.cast(s.dtype).broadcast_to(s.shape)
+  if is_causal:
+    rows = LT.iota(lq).reshape((lq, 1)).broadcast_to((lq, lk))
+    cols = LT.iota(lk).reshape((1, lk)).broadcast_to((lq, lk))
+    s = (cols <= rows).broadcast_to(s.shape).where(s, -math.inf)
+  return s
+
+
+@register(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def sdpa_flash_cpu(ctx, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+  """Attention forward: output and the row log-sum-exp its backward needs."""
+  from torch_uop.lowering.linalg import matmul
+  if dropout_p: raise Unsupported("attention dropout")
+  acc = compute_dtype(q.dtype)
+  s = _attention_scores(q.cast(acc), k.cast(acc), attn_mask, is_causal, scale)
+  m = s.max((-1,), keepdim=True)
+  m_safe = m.eq(-math.inf).where(0.0, m)           # rows with every score masked give 0, not NaN
+  e = (s - m_safe.broadcast_to(s.shape)).exp()
+  total = e.sum((-1,), keepdim=True)
+  p = e / total.broadcast_to(e.shape)
+  out = matmul(p, v.cast(acc))
+  lse = (m_safe + total.log()).squeeze_dims((-1,))
+  return out.cast(ctx.dtype_of(0)), lse.cast(ctx.dtype_of(1))

@@ -112,7 +112,10 @@ class CompiledGraph:
       t = torch.empty_strided(spec.shape, spec.strides, dtype=t.dtype).copy_(t)
     return t
 
-  def __call__(self, args):
+  def __call__(self, *args):
+    # boxed convention (one list, which we may clear) or plain positional tensors: graph inputs are never lists
+    boxed = len(args) == 1 and isinstance(args[0], list)
+    if boxed: args = args[0]
     bufs: dict = {}
     for spec, t in zip(self.inputs, args): bufs[spec.slot] = self._bind_input(spec, t)
     for i, (kind, payload) in enumerate(self.steps):
@@ -131,7 +134,7 @@ class CompiledGraph:
       if kind == "tensor": outs.append(bufs[v].view(shape) if bufs[v].shape != shape else bufs[v])
       elif kind == "input": outs.append(args[v])
       else: outs.append(v)
-    args.clear() if isinstance(args, list) else None
+    if boxed: args.clear()
     return outs
 
   def _run_fallback(self, item: FallbackItem, bufs: dict):
