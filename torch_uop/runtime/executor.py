@@ -34,9 +34,9 @@ def _substitute(x, tensors):
 
 
 class CompiledGraph:
-  _boxed_call = True
-
   def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph"):
+    # an instance attribute, so wrappers made with functools.wraps (torch._dynamo.disable) keep it
+    self._boxed_call = True
     self.debug = debug
     self.inputs = lowered.inputs
     roots, seen = [], set()
