@@ -189,13 +189,6 @@ def _distribute_const_mul(a: UOp, b: UOp, c: UOp):
   return (a * c + b * c) if a.dtype.is_int else None
 
 
-def _lt_const(x: UOp, c: UOp):
-  # bounds already folded the decided cases; (a*k + b) < c with small b -> a < ceil(c/k) when b in [0,k)
-  if not x.dtype.is_int or x.op is not Ops.ADD: return None
-  terms = [_factor(t) for t in _split_terms(x)]
-  return None
-
-
 symbolic = PatternMatcher([
   (UPat(name="x"), _bounds_fold),
   (UPat({Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.MIN, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE,

@@ -42,10 +42,6 @@ def elementwise(ctx, kind, fn, *args, out_dtype: DType | None = None) -> LT:
 DEFAULT, ALWAYS_BOOL, INT_TO_FLOAT, NO_OPMATH = KIND.DEFAULT, KIND.ALWAYS_BOOL, KIND.INT_TO_FLOAT, KIND.NO_OPMATH
 
 
-def _alpha(b, alpha):
-  return b if alpha is None or alpha == 1 else (b * alpha if not isinstance(b, LT) else b)
-
-
 @register(aten.add.Tensor, aten.add.Scalar)
 def add(ctx, a, b, alpha=1):
   if alpha != 1:
@@ -79,16 +75,15 @@ def div(ctx, a, b, rounding_mode=None):
 
 
 def _float_floor_div(x: LT, y: LT) -> LT:
-  # python semantics, as eager: floor((x - fmod(x, y)) / y) with sign correction
+  """Python floor division on floats, as eager computes it: from fmod, with the sign fixed up."""
   mod = x.alu(Ops.MOD, y)
   div = (x - mod) / y
   fix = (mod.ne(0)) & ((y < 0).ne(mod < 0))
   div = fix.where(div - 1, div)
   floored = div.math("floor")
   floored = ((div - floored) > 0.5).where(floored + 1, floored)
-  zero_q = x / y
-  return div.ne(0).where(floored, (zero_q * 0).math("copysign", zero_q)).where if False else \
-    div.ne(0).where(floored, LT.full(div.shape, 0.0, div.dtype).math("copysign", zero_q))
+  zero_with_sign = LT.full(div.shape, 0.0, div.dtype).math("copysign", x / y)
+  return div.ne(0).where(floored, zero_with_sign)
 
 
 def _int_div(x: LT, y: LT, mode: str) -> LT:
