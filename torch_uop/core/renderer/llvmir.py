@@ -154,7 +154,11 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
       t = LLVM_TYPE[u.dtype]
       old, new = f.tmp(), f.tmp()
       f.emit(f"{old} = load {t}, ptr {a}")
-      f.emit(f"{new} = {_binary(u.arg, u.dtype, old, f.value(val))}")
+      update = _binary(u.arg, u.dtype, old, f.value(val))
+      if u.dtype.is_float and u.arg in (Ops.ADD, Ops.MUL):
+        # let LLVM reorder the accumulation so the reduce loop vectorizes (as eager's and Inductor's do)
+        update = update.replace("fadd ", "fadd reassoc nsz ", 1).replace("fmul ", "fmul reassoc nsz ", 1)
+      f.emit(f"{new} = {update}")
       f.emit(f"store {t} {new}, ptr {a}")
       _maybe_declare_minmax(f, u.arg, u.dtype)
     elif op is Ops.REDUCE:
