@@ -95,4 +95,15 @@ def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
                       decompositions=decomposition_table())(gm, example_inputs)
 
 
-register_backend(name="uop")(uop_backend)
+def _register() -> None:
+  """Register "uop" with Dynamo, once. When torch finds the `torch_dynamo_backends` entry point first,
+  its `lookup_backend` imports this module and then registers `uop_backend` itself; registering here
+  too would raise "duplicate name", so a discovered, not yet loaded entry point is left to torch."""
+  from importlib.metadata import EntryPoint
+  from torch._dynamo.backends import registry
+  if "uop" in getattr(registry, "_COMPILER_FNS", {}): return
+  if isinstance(getattr(registry, "_BACKENDS", {}).get("uop"), EntryPoint): return
+  register_backend(name="uop")(uop_backend)
+
+
+_register()
