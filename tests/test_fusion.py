@@ -1,0 +1,75 @@
+"""Fusion: how many kernels the scheduler makes for common patterns (metrics()["kernels_compiled"]).
+
+Elementwise chains fuse into one kernel, an elementwise prologue and epilogue fuse into their
+reduction, and a reduction read back through a broadcast (softmax, mean-centering) costs one extra
+kernel. Every case is also checked against eager and must not fall back.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import check_against_eager
+
+
+def kernels(fn, *inputs, **kw):
+  m = check_against_eager(fn, *inputs, **kw)
+  return m["kernels_compiled"]
+
+
+def test_elementwise_chain_is_one_kernel():
+  assert kernels(lambda x: (x * 2 + 1).relu(), torch.randn(16, 33)) == 1
+
+
+def test_long_elementwise_chain_with_broadcast_is_one_kernel():
+  fn = lambda x, b: torch.sigmoid(x * b - 3).tanh() * x.abs() + b.exp()
+  assert kernels(fn, torch.randn(8, 16), torch.randn(16)) == 1
+
+
+def test_softmax_last_axis_at_most_three_kernels():
+  n = kernels(lambda x: torch.softmax(x, -1), torch.randn(6, 50))
+  assert 1 <= n <= 3
+
+
+def test_log_softmax_at_most_three_kernels():
+  n = kernels(lambda x: F.log_softmax(x, -1), torch.randn(6, 50))
+  assert 1 <= n <= 3
+
+
+def test_reduction_with_prologue_and_epilogue_is_one_kernel():
+  assert kernels(lambda x: (x.exp() * 2).sum(-1).sqrt() + 1, torch.randn(7, 40)) == 1
+
+
+@pytest.mark.parametrize("dim", [0, 1, (0, 1)])
+def test_reductions_over_other_axes_are_one_kernel(dim):
+  assert kernels(lambda x: (x * x).sum(dim).sqrt(), torch.randn(12, 9)) == 1
+
+
+def test_two_reductions_over_the_same_domain_share_a_kernel():
+  # sum and max of the same rows, combined elementwise: one kernel with two accumulators
+  assert kernels(lambda x: x.sum(-1) + x.amax(-1), torch.randn(5, 30)) == 1
+
+
+def test_mean_and_broadcast_subtract_is_two_kernels():
+  assert kernels(lambda x: x - x.mean(-1, keepdim=True), torch.randn(9, 21)) == 2
+
+
+def test_linear_bias_relu_is_one_kernel():
+  w, b = torch.randn(24, 16), torch.randn(24)
+  assert kernels(lambda x: F.relu(F.linear(x, w, b)), torch.randn(10, 16)) == 1
+
+
+def test_matmul_with_epilogue_is_one_kernel():
+  assert kernels(lambda a, b: torch.tanh(a @ b) * 2, torch.randn(8, 12), torch.randn(12, 5)) == 1
+
+
+def test_movement_ops_fuse_into_their_consumer():
+  fn = lambda x: (x.t().reshape(4, 6, 5)[:, 1:4].flip(0) * 3).permute(2, 0, 1)
+  assert kernels(fn, torch.randn(30, 4)) == 1
+
+
+def test_kernels_launched_per_call():
+  fn = torch.compile(lambda x: x - x.mean(-1, keepdim=True), backend="uop")
+  x = torch.randn(4, 8)
+  for _ in range(3): torch.testing.assert_close(fn(x), x - x.mean(-1, keepdim=True))
+  import torch_uop
+  m = torch_uop.metrics()
+  assert (m["kernels_compiled"], m["kernels_launched"]) == (2, 6)
