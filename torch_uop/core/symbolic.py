@@ -163,21 +163,25 @@ def _div_mod_by_const(x: UOp, c: UOp, is_mod: bool):
 
 
 def _recombine_div_mod(x: UOp):
-  """(a // c) * c + a % c -> a, in any term order of a sum."""
+  """Undo an unflatten inside a sum, in any term order and scaled by any k:
+  k*(a % c) + k*c*(a // c) -> k*a  and, for a >= 0,  k*(a % c) + k*c*((a // c) % b) -> k*(a % (c*b))."""
   if not x.dtype.is_int: return None
   terms = _split_terms(x)
   if len(terms) < 2: return None
-  for i, t in enumerate(terms):
-    if t.op is not Ops.MOD or t.src[1].op is not Ops.CONST: continue
+  factored = [_factor(t) for t in terms]
+  for i, (k, t) in enumerate(factored):
+    if t is None or t.op is not Ops.MOD or t.src[1].op is not Ops.CONST or t.src[1].arg <= 0: continue
     a, c = t.src[0], t.src[1].arg
-    for j, t2 in enumerate(terms):
-      coef, base = _factor(t2)
-      if j != i and base is not None and base.op is Ops.IDIV and base.src[0] is a and base.src[1].op is Ops.CONST \
-         and base.src[1].arg == c and coef == c:
-        rest = [u for k, u in enumerate(terms) if k not in (i, j)]
-        out = a
-        for r in rest: out = out + r
-        return out
+    for j, (coef, base) in enumerate(factored):
+      if j == i or base is None or coef != k * c: continue
+      if base.op is Ops.IDIV and base.src[0] is a and base.src[1].op is Ops.CONST and base.src[1].arg == c:
+        merged = a
+      elif base.op is Ops.MOD and base.src[1].op is Ops.CONST and base.src[1].arg > 0 and a.vmin >= 0 \
+           and (q := base.src[0]).op is Ops.IDIV and q.src[0] is a and q.src[1].op is Ops.CONST and q.src[1].arg == c:
+        merged = a % UOp.const(x.dtype, c * base.src[1].arg)
+      else: continue
+      rest = [(cf, b) for n, (cf, b) in enumerate(factored) if n not in (i, j)]
+      return _sum_terms([(k, merged)] + rest, x.dtype)
   return None
 
 
