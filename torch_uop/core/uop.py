@@ -170,13 +170,20 @@ def toposort(roots: Iterable[UOp]) -> list[UOp]:
   return order
 
 
+def _fmt_arg(arg) -> str:
+  # enum members print by name only: their numeric values shift whenever an op is added
+  if isinstance(arg, enum.Enum): return f"{type(arg).__name__}.{arg.name}"
+  if isinstance(arg, tuple): return "(" + ", ".join(map(_fmt_arg, arg)) + ("," if len(arg) == 1 else "") + ")"
+  return repr(arg)
+
+
 def pretty(u: UOp, limit: int = 400) -> str:
   """Render a UOp graph as numbered lines, sharing repeated nodes."""
   names, lines = {}, []
   for i, n in enumerate(toposort([u])):
     names[n] = f"%{i}"
     srcs = ", ".join(names[s] for s in n.src)
-    arg = "" if n.arg is None else f" {n.arg!r}"
+    arg = "" if n.arg is None else f" {_fmt_arg(n.arg)}"
     lines.append(f"%{i} = {n.op.name}:{n.dtype.name}({srcs}){arg}")
     if len(lines) > limit: lines.append("..."); break
   return "\n".join(lines)

@@ -33,7 +33,14 @@ def _substitute(x, tensors):
   return x
 
 
+# lists that every new CompiledGraph is appended to (see torch_uop.debug.capture)
+_observers: list[list] = []
+
+
 class CompiledGraph:
+  """`kernels` (codegen.Kernel: name, ast, program, buffers) and `sources` (each kernel's LLVM IR, in
+  the same order) stay available for inspection; `n_kernels`/`n_fallbacks` count the steps of one call."""
+
   def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph"):
     # an instance attribute, so wrappers made with functools.wraps (torch._dynamo.disable) keep it
     self._boxed_call = True
@@ -56,6 +63,7 @@ class CompiledGraph:
     with _Timer("render"):
       sources = [render_llvm(k.name, k.program, k.buffers) for _, k in kernels]
     self.kernels = [k for _, k in kernels]
+    self.sources = sources
     if debug >= 2: self._print_kernels(sched, sources)
     self.program = None
     if kernels:
@@ -90,6 +98,7 @@ class CompiledGraph:
     self.release = [[] for _ in steps]
     for s, i in last_use.items():
       if s not in keep and self.buffers[s].kind != "input": self.release[i].append(s)
+    for obs in _observers: obs.append(self)
 
   def _print_kernels(self, sched, sources):
     print(f"[torch_uop] {len(self.kernels)} kernels, {sum(isinstance(i, FallbackItem) for i in sched.items)} fallback steps",
