@@ -35,7 +35,7 @@ class KernelItem:
 class FallbackItem:
   node: UOp   # the FALLBACK node; node.arg is the FallbackOp
   in_slots: list
-  out_slots: list
+  out_slots: dict  # result index of the op -> slot, only for results the graph reads
 
 
 @dataclass
@@ -112,9 +112,9 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict) -> Sched
       sched.buffers[s] = BufferInfo(s, n.shape, n.dtype, 'fallback' if n.src else 'input')
   for n in nodes:
     if n.op is Ops.FALLBACK:
-      outs = [b for b in nodes if _is_buffer(b) and b.src and b.src[0] is n]
-      outs.sort(key=lambda b: b.arg[0])
-      sched.items.append(FallbackItem(n, [sched.node_slot[s] for s in n.src], [sched.node_slot[b] for b in outs]))
+      # results nobody reads have no BUFFER among the nodes: they are computed and dropped
+      outs = {b.arg[2]: sched.node_slot[b] for b in nodes if _is_buffer(b) and b.src and b.src[0] is n}
+      sched.items.append(FallbackItem(n, [sched.node_slot[s] for s in n.src], dict(sorted(outs.items()))))
     elif n in realized and not _is_buffer(n):
       sched.node_slot[n] = slot
       sched.buffers[slot] = BufferInfo(slot, n.shape, n.dtype, 'intermediate')

@@ -20,7 +20,7 @@ from torch_uop.core.dtypes import DType, dtypes, cast_python_value
 
 class Ops(enum.Enum):
   # tensor level
-  BUFFER = enum.auto()        # a flat input/intermediate buffer; arg=(slot, numel)
+  BUFFER = enum.auto()        # a flat buffer; arg=(slot, numel), or (slot, numel, result index) for an output of src[0], a FALLBACK
   VIEW = enum.auto()          # movement op; arg=ShapeTracker mapping its shape onto src's flat index
   REDUCE_AXIS = enum.auto()   # arg=(reduce op, axes)
   GATHER = enum.auto()        # data-dependent read; src=(x, *index tensors), arg=per-x-dim source (see LT.gather_nd)

@@ -171,10 +171,10 @@ def _fallback_node(node, args, kwargs, buffer_slots, slot):
   fb = UOp(Ops.FALLBACK, from_torch(vals[0].dtype) if vals[0] is not None else from_torch(torch.float32),
            tuple(t.uop for t in tensors), op)
   outs = []
-  for v in vals:
+  for k, v in enumerate(vals):
     if v is None: outs.append(None); continue
     shape = tuple(v.shape)
-    buf = UOp(Ops.BUFFER, from_torch(v.dtype), (fb,), (slot, max(math.prod(shape), 1)))
+    buf = UOp(Ops.BUFFER, from_torch(v.dtype), (fb,), (slot, max(math.prod(shape), 1), k))
     buffer_slots[buf] = slot
     slot += 1
     outs.append(LT(UOp(Ops.VIEW, buf.dtype, (buf,), ShapeTracker.from_shape(shape))))

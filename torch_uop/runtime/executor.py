@@ -93,7 +93,7 @@ class CompiledGraph:
     keep = {slot for kind, slot, _ in self.outputs if kind == "tensor"}
     last_use: dict = {}
     for i, (kind, payload) in enumerate(steps):
-      used = payload[1] if kind == "kernel" else payload.in_slots + payload.out_slots
+      used = payload[1] if kind == "kernel" else payload.in_slots + list(payload.out_slots.values())
       for s in used: last_use[s] = i
     self.release = [[] for _ in steps]
     for s, i in last_use.items():
@@ -154,10 +154,7 @@ class CompiledGraph:
       tensors.append(t.view(src.shape) if src.op is not Ops.BUFFER and tuple(t.shape) != src.shape else t)
     result = op.target(*_substitute(op.args, tensors), **{k: _substitute(v, tensors) for k, v in op.kwargs.items()})
     results = list(result) if isinstance(result, (tuple, list)) else [result]
-    it = iter(item.out_slots)
-    for r in results:
-      if r is None: continue
-      bufs[next(it)] = r.contiguous()
+    for k, s in item.out_slots.items(): bufs[s] = results[k].contiguous()
 
 
 def _merge_modules(sources: list[str]) -> str:
