@@ -1,0 +1,286 @@
+"""Benchmark: eager vs torch.compile(backend="inductor") vs torch.compile(backend="uop"), in one run.
+
+Models: an MLP, a small CNN (conv, batchnorm, relu, maxpool, adaptive avgpool, linear) and a
+transformer block (embedding, layernorm, causal attention, GELU MLP, LM head). Each runs in two
+modes: inference (eval + no_grad) and a training step (forward, cross entropy, backward).
+
+For each (model, mode, backend) it reports the time per call (median of timed calls after warmup,
+torch's default thread count), the speedup vs eager (eager ms / compiled ms; >1 is faster), the
+cold compile time (first call minus a steady-state call), whether the first call matched eager
+(torch.testing.assert_close on outputs, and on all parameter gradients in training) and, for uop,
+the fallbacks reported by torch_uop.metrics(). It prints a table and writes JSON to
+benchmarks/results/.
+
+Inductor gets a fresh cache directory per run (torch_uop has no disk cache), so its compile times
+are cold. The one-time setup of each compiler (first compile in the process, and for Inductor in a
+fresh cache dir) is measured on a tiny function first and reported apart from the per-model times.
+
+  python benchmarks/bench_models.py                  # everything (a few minutes, mostly Inductor compiles)
+  python benchmarks/bench_models.py --quick --no-inductor --models mlp,tf
+"""
+from __future__ import annotations
+import argparse
+import copy
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:  # before torch is imported: cold Inductor compiles every run
+  os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_inductor_cache_")
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_uop
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+BACKENDS = ("eager", "inductor", "uop")
+MODES = ("infer", "train")
+RTOL, ATOL = 1e-4, 1e-5
+
+
+# ----- models (the reference definitions) -----
+
+class MLP(nn.Module):
+  def __init__(self):
+    super().__init__()
+    self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 10))
+
+  def forward(self, x): return self.net(x)
+
+
+class CNN(nn.Module):
+  def __init__(self):
+    super().__init__()
+    self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+    self.c2, self.b2 = nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16)
+    self.pool, self.gap, self.fc = nn.MaxPool2d(2), nn.AdaptiveAvgPool2d(1), nn.Linear(16, 10)
+
+  def forward(self, x):
+    x = self.pool(F.relu(self.b1(self.c1(x))))
+    x = F.relu(self.b2(self.c2(x)))
+    return self.fc(torch.flatten(self.gap(x), 1))
+
+
+class Block(nn.Module):
+  def __init__(self, d=32, h=4, v=100):
+    super().__init__()
+    self.emb, self.ln1 = nn.Embedding(v, d), nn.LayerNorm(d)
+    self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+    self.ln2, self.mlp = nn.LayerNorm(d), nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+    self.head, self.h = nn.Linear(d, v), h
+
+  def forward(self, ids):
+    x = self.emb(ids)
+    B, T, D = x.shape
+    q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
+    q, k, v = (t.view(B, T, self.h, D // self.h).transpose(1, 2) for t in (q, k, v))
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, D)
+    x = x + self.proj(a)
+    x = x + self.mlp(self.ln2(x))
+    return self.head(x)
+
+
+def make_case(name: str):
+  """-> (model, input, target, description); seeded, so every backend gets identical weights and data."""
+  torch.manual_seed(0)
+  if name == "mlp":
+    x = torch.randn(64, 32)
+    return MLP(), x, torch.randint(0, 10, (64,)), "MLP 32-64-64-10, batch 64"
+  if name == "cnn":
+    x = torch.randn(8, 3, 32, 32)
+    return CNN(), x, torch.randint(0, 10, (8,)), "CNN, 8x3x32x32"
+  if name == "tf":
+    ids = torch.randint(0, 100, (4, 32))
+    return Block(), ids, torch.randint(0, 100, (4, 32)), "transformer block d=32 h=4, 4x32 tokens"
+  raise ValueError(f"unknown model {name!r}; choose from mlp, cnn, tf")
+
+
+# ----- one measurement -----
+
+def compile_for(backend: str, model: nn.Module) -> nn.Module:
+  if backend == "eager": return model
+  return torch.compile(model, backend=backend)
+
+
+def make_call(mode: str, model: nn.Module, x, y):
+  """The callable to time, returning (output, grads) for the correctness check."""
+  if mode == "infer":
+    def call():
+      with torch.no_grad(): return model(x), None
+  else:
+    def call():
+      for p in model.parameters(): p.grad = None
+      out = model(x)
+      loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+      loss.backward()
+      return loss.detach(), [p.grad for p in model.parameters()]
+  return call
+
+
+def median_ms(call, warmup: int, reps: int) -> float:
+  for _ in range(warmup): call()
+  times = []
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    call()
+    times.append(time.perf_counter() - t0)
+  return statistics.median(times) * 1e3
+
+
+def measure(name: str, mode: str, backend: str, reference, warmup: int, reps: int) -> dict:
+  """Run one (model, mode, backend). `reference` holds eager's first-call (output, grads) or None."""
+  torch._dynamo.reset()
+  torch_uop.reset_metrics()
+  model, x, y, _ = make_case(name)
+  model.train(mode == "train")
+  call = make_call(mode, compile_for(backend, model), x, y)
+  row = {"model": name, "mode": mode, "backend": backend}
+  try:
+    t0 = time.perf_counter()
+    first = call()
+    first_s = time.perf_counter() - t0
+    row["ms"] = median_ms(call, warmup, reps)
+    row["compile_s"] = max(first_s - row["ms"] / 1e3, 0.0) if backend != "eager" else None
+  except Exception as e:  # a backend that fails is reported, the rest of the run goes on
+    row["error"] = f"{type(e).__name__}: {e}"
+    traceback.print_exc()
+    return row, None
+  if reference is not None:
+    try:
+      torch.testing.assert_close(first[0], reference[0], rtol=RTOL, atol=ATOL)
+      for g, r in zip(first[1] or [], reference[1] or []): torch.testing.assert_close(g, r, rtol=RTOL, atol=ATOL)
+      row["match"] = True
+    except AssertionError as e:
+      row["match"], row["mismatch"] = False, str(e).splitlines()[0:3]
+  if backend == "uop":
+    m = torch_uop.metrics()
+    row["uop"] = {k: m[k] for k in ("graphs_compiled", "graphs_fallen_back", "fallback_nodes_total", "nodes_fallen_back",
+                                     "nodes_lowered", "kernels_compiled")}
+    row["uop"]["compile_time_s"] = m["compile_time_s"]
+  return row, first
+
+
+def one_time_setup(backend: str) -> float:
+  """Seconds for the first compile of a tiny function: imports, LLVM/C++ toolchain setup, headers."""
+  torch._dynamo.reset()
+  f = torch.compile(lambda a: (a * 2 + 1).relu().sum(), backend=backend)
+  t0 = time.perf_counter()
+  f(torch.randn(16))
+  return time.perf_counter() - t0
+
+
+# ----- report -----
+
+def fmt_table(rows: list[dict], backends: list[str], descriptions: dict) -> str:
+  by = {(r["model"], r["mode"], r["backend"]): r for r in rows}
+  compiled = [b for b in backends if b != "eager"]
+  head = ["model", "mode", "eager ms"]
+  for b in compiled: head += [f"{b} ms", f"{b} x", f"{b} compile s", f"{b} ok"]
+  if "uop" in compiled: head += ["uop fallbacks"]
+  lines = []
+  for (model, mode) in dict.fromkeys((r["model"], r["mode"]) for r in rows):
+    e = by.get((model, mode, "eager"), {})
+    cells = [model, mode, f"{e['ms']:.3f}" if "ms" in e else "ERROR"]
+    for b in compiled:
+      r = by.get((model, mode, b), {})
+      if "ms" not in r:
+        cells += ["ERROR", "-", "-", "-"]
+        continue
+      ratio = e["ms"] / r["ms"] if "ms" in e else float("nan")
+      cells += [f"{r['ms']:.3f}", f"{ratio:.2f}", f"{r['compile_s']:.2f}", {True: "yes", False: "NO"}.get(r.get("match"), "?")]
+    if "uop" in compiled:
+      u = by.get((model, mode, "uop"), {}).get("uop")
+      cells += [f"{u['fallback_nodes_total']} ({u['graphs_fallen_back']} whole graphs)" if u else "-"]
+    lines.append(cells)
+  widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
+  out = ["  ".join(h.rjust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+  out += ["  ".join(str(c).rjust(w) for c, w in zip(line, widths)) for line in lines]
+  out.append("")
+  out += [f"  {k}: {v}" for k, v in descriptions.items()]
+  out.append("  x = eager ms / compiled ms (>1: faster than eager); compile s = first call minus a steady-state call;")
+  out.append(f"  ok = first call's output (and, in train, every parameter gradient) assert_close to eager (rtol={RTOL}, atol={ATOL})")
+  return "\n".join(out)
+
+
+def machine_info() -> dict:
+  return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+          "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+          "python": platform.python_version(), "torch_uop": torch_uop.__version__, "loadavg_at_start": _loadavg()}
+
+
+def _loadavg():
+  try: return [round(v, 2) for v in os.getloadavg()]
+  except OSError: return None
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--models", default="mlp,cnn,tf", help="comma-separated subset of mlp,cnn,tf")
+  ap.add_argument("--modes", default="infer,train", help="comma-separated subset of infer,train")
+  ap.add_argument("--quick", action="store_true", help="fewer warmup and timed calls")
+  ap.add_argument("--no-inductor", action="store_true", help="skip backend='inductor' (its compiles take most of the time)")
+  ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads(N) (default: leave torch's default)")
+  ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/bench_<time>.json)")
+  args = ap.parse_args(argv)
+  models = [m.strip() for m in args.models.split(",") if m.strip()]
+  modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+  for m in models:
+    if m not in ("mlp", "cnn", "tf"): ap.error(f"unknown model {m!r}; choose from mlp, cnn, tf")
+  if args.threads: torch.set_num_threads(args.threads)
+  for m in modes:
+    if m not in MODES: ap.error(f"unknown mode {m!r}; choose from {MODES}")
+  backends = [b for b in BACKENDS if not (b == "inductor" and args.no_inductor)]
+  warmup, reps = (3, 20) if args.quick else (10, 100)
+
+  info = machine_info()
+  print(f"# torch {info['torch']}, {info['cpu_count']} CPUs, torch threads {info['torch_threads']}, "
+        f"{info['processor']}, load average {info['loadavg_at_start']}; warmup {warmup}, timed calls {reps}", flush=True)
+  t_start = time.perf_counter()
+  setup = {}
+  for b in backends:
+    if b != "eager":
+      setup[b] = one_time_setup(b)
+      print(f"# {b} one-time setup (first compile in this process{', fresh cache dir' if b == 'inductor' else ''}): "
+            f"{setup[b]:.1f}s", flush=True)
+
+  rows, descriptions = [], {}
+  for name in models:
+    descriptions[name] = make_case(name)[3]
+    for mode in modes:
+      reference = None
+      for b in backends:
+        row, first = measure(name, mode, b, reference, warmup, reps)
+        if b == "eager": reference = first
+        rows.append(row)
+        status = row.get("error") or f"{row['ms']:.3f} ms" + (f", compile {row['compile_s']:.2f}s" if row.get("compile_s") is not None else "") \
+          + ("" if row.get("match", True) else ", MISMATCH")
+        print(f"  {name:4s} {mode:5s} {b:8s} {status}", flush=True)
+  total_s = time.perf_counter() - t_start
+
+  print()
+  print(fmt_table(rows, backends, descriptions))
+  print(f"  one-time setup: " + ", ".join(f"{b} {s:.1f}s" for b, s in setup.items()) + f"; whole run {total_s:.0f}s; load average at end {_loadavg()}")
+  for r in rows:
+    if r.get("uop", {}).get("nodes_fallen_back"): print(f"  uop fallbacks {r['model']}/{r['mode']}: {r['uop']['nodes_fallen_back']}")
+    if r.get("match") is False: print(f"  MISMATCH {r['model']}/{r['mode']}/{r['backend']}: {' '.join(r['mismatch'])}")
+    if "error" in r: print(f"  ERROR {r['model']}/{r['mode']}/{r['backend']}: {r['error']}")
+
+  out = args.out or os.path.join(RESULTS_DIR, f"bench_{datetime.datetime.now():%Y%m%d_%H%M%S}.json")
+  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+  with open(out, "w") as f:
+    json.dump({"machine": info, "args": vars(args), "warmup": warmup, "reps": reps, "one_time_setup_s": setup,
+               "models": descriptions, "total_s": total_s, "loadavg_at_end": _loadavg(), "rows": rows}, f, indent=1, default=str)
+  print(f"  saved {out}")
+  return 1 if any(r.get("match") is False or "error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
