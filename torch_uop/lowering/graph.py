@@ -89,6 +89,12 @@ def _check_result(node: torch.fx.Node, out) -> None:
 
 
 def lower_graph(gm: torch.fx.GraphModule, debug: int = 0) -> LoweredGraph:
+  try: return _lower_graph(gm, debug)
+  except UnsupportedDType as e:  # an input, or a value a fallback op would have to hold, has no IR dtype (e.g. complex)
+    raise WholeGraphFallback(str(e)) from e
+
+
+def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
   env: dict = {}
   inputs, buffer_slots = [], {}
   slot = 0
@@ -99,7 +105,7 @@ def lower_graph(gm: torch.fx.GraphModule, debug: int = 0) -> LoweredGraph:
     if node.op == "placeholder":
       if isinstance(val, torch.Tensor):
         if val.device.type != "cpu": raise WholeGraphFallback(f"input {node.name} is on {val.device}")
-        dt = from_torch(val.dtype)  # raises UnsupportedDType -> whole graph falls back
+        dt = from_torch(val.dtype)  # UnsupportedDType: the whole graph falls back
         shape, strides = tuple(val.shape), tuple(val.stride())
         extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
         buf = UOp(Ops.BUFFER, dt, (), (slot, max(extent, 1)))
