@@ -137,6 +137,10 @@ class LT:
   # ---------------- elementwise
   def cast(self, dtype: DType) -> LT:
     if dtype == self.dtype: return self
+    if self.dtype == dtypes.float64 and dtype in (dtypes.float16, dtypes.bfloat16):
+      # eager converts double to a half type through float (c10::Half(float)), and LLVM's direct
+      # fptrunc double -> half is a libcall (__truncdfhf2) the JIT cannot resolve
+      return self.cast(dtypes.float32).cast(dtype)
     return LT(UOp(Ops.CAST, dtype, (self.uop,)))
 
   def bitcast(self, dtype: DType) -> LT: return LT(UOp(Ops.BITCAST, dtype, (self.uop,)))
