@@ -1,0 +1,282 @@
+"""Robustness: whatever the input, a function compiled with backend="uop" gives eager's answer.
+
+- ops with no lowering run as counted ATen fallback steps between kernels (also multi-result ops,
+  backward graphs, and dtypes the IR lacks, which fall back whole);
+- dynamic shapes (symbolic graphs fall back whole, and the metrics say so);
+- non-contiguous, strided, offset, overlapping and expanded inputs, and strides that change between calls;
+- bad input (wrong shapes, wrong layout handed straight to a compiled graph) raises what eager raises;
+- NaN and Inf propagate like eager's;
+- options are validated; TORCH_UOP_DEBUG=2 prints the kernel list.
+"""
+import os
+import subprocess
+import sys
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_uop
+import torch_uop.debug
+from helpers import check_against_eager, check_grads_against_eager
+
+
+# ------------------------------------------------------------------ fallback
+
+def test_op_without_lowering_falls_back_and_is_counted():
+  # linalg.det decomposes to _linalg_det, which has no lowering: it runs between two kernels
+  fn = lambda x: torch.linalg.det(x * 2 + 1) * 3
+  m = check_against_eager(fn, torch.randn(3, 4, 4), expect_native=False)
+  assert m["nodes_fallen_back"] == {"_linalg_det.default": 1}
+  assert m["graphs_fallen_back"] == 0
+  assert m["kernels_compiled"] == 2, "the elementwise work before and after the fallback still compiles"
+  assert m["fallback_steps_run"] == 1
+
+
+@pytest.mark.parametrize("which", ["values", "indices", "both"])
+def test_multi_result_fallback_any_result_used(which):
+  # sort has no lowering and returns (values, indices): each result must land in its own buffer
+  def fn(x):
+    s = torch.sort(x * 2, -1)
+    return {"values": s.values + 1, "indices": s.indices * 2, "both": s.values * s.indices}[which]
+  m = check_against_eager(fn, torch.randn(5, 6), expect_native=False)
+  assert m["nodes_fallen_back"] == {"sort.default": 1}
+
+
+def test_fallback_result_feeds_a_fused_reduction():
+  fn = lambda x: torch.cumsum(x.exp(), 1).softmax(-1).sum(0)
+  m = check_against_eager(fn, torch.randn(5, 7), expect_native=False)
+  assert m["nodes_fallen_back"] == {"cumsum.default": 1}
+
+
+def test_fallback_in_a_training_graph():
+  fn = lambda x: torch.cumsum(x.sin(), 1).pow(2)
+  m = check_grads_against_eager(fn, torch.randn(4, 5, requires_grad=True), expect_native=False)
+  assert m["nodes_fallen_back"]["cumsum.default"] >= 2, "forward and backward cumsum both run by torch"
+  assert m["graphs_fallen_back"] == 0
+
+
+def test_data_dependent_shapes_graph_break_and_still_match():
+  fn = lambda x: torch.nonzero(x > 0).float().sum() + torch.unique(x.round()).sum() + x.sum()
+  check_against_eager(fn, torch.randn(6, 5), expect_native=False)
+
+
+@pytest.mark.parametrize("case", ["complex_input", "complex_intermediate"])
+def test_dtype_without_ir_type_falls_back_whole(case):
+  if case == "complex_input": fn, x = (lambda x: (x * 2).abs() + 1), torch.randn(4, dtype=torch.complex64)
+  else: fn, x = (lambda x: torch.view_as_complex(x * 2).abs() + 1), torch.randn(4, 2)
+  m = check_against_eager(fn, x, expect_native=False)
+  assert m["graphs_fallen_back"] == 1
+  assert m["nodes_fallen_back"]["mul.Tensor"] == 1
+
+
+def test_fallback_whole_graph_option():
+  m = check_against_eager(lambda x: x.exp() + 1, torch.randn(3), expect_native=False,
+                          options={"fallback_whole_graph": True})
+  assert m["graphs_fallen_back"] == 1 and m["kernels_compiled"] == 0
+  assert m["nodes_fallen_back"] == {"exp.default": 1, "add.Tensor": 1}
+
+
+# ------------------------------------------------------------------ dynamic shapes
+
+def test_dynamic_true_falls_back_whole_and_matches():
+  fn = lambda x: (x * 2).softmax(-1) + x.sum()
+  compiled = torch.compile(fn, backend="uop", dynamic=True)
+  for n in [3, 5, 8, 13]:
+    x = torch.randn(n, n + 1)
+    torch.testing.assert_close(compiled(x), fn(x))
+  m = torch_uop.metrics()
+  assert m["graphs_compiled"] == 1, "one symbolic graph serves every size"
+  assert m["graphs_fallen_back"] == 1
+  assert m["nodes_fallen_back"]["mul.Tensor"] == 1 and m["fallback_nodes_total"] >= 5
+  assert m["kernels_compiled"] == 0
+
+
+def test_automatic_dynamic_after_a_size_change():
+  fn = lambda x: (x * 2).softmax(-1) + x.sum()
+  compiled = torch.compile(fn, backend="uop")
+  for n in [3, 5, 8, 13]:
+    x = torch.randn(n, 7)
+    torch.testing.assert_close(compiled(x), fn(x))
+  m = torch_uop.metrics()
+  # the first size compiles static kernels; the second recompiles symbolically and runs in torch
+  assert m["graphs_compiled"] == 2 and m["graphs_fallen_back"] == 1
+  assert m["kernels_compiled"] >= 1
+
+
+def test_dynamic_false_recompiles_natively_per_size():
+  fn = lambda x: x.exp().sum(-1) * 2
+  compiled = torch.compile(fn, backend="uop", dynamic=False)
+  for n in [2, 3, 4]:
+    x = torch.randn(n, 5)
+    torch.testing.assert_close(compiled(x), fn(x))
+  m = torch_uop.metrics()
+  assert (m["graphs_compiled"], m["graphs_fallen_back"], m["fallback_nodes_total"]) == (3, 0, 0)
+
+
+# ------------------------------------------------------------------ layouts
+
+BASE = torch.randn(10, 12)
+
+
+@pytest.mark.parametrize("make", [
+  lambda: BASE.t(),                                  # transposed
+  lambda: BASE[::2, 1::3],                           # stepped in both dims
+  lambda: BASE[2:7, 3:],                             # storage offset and a row stride
+  lambda: BASE.t()[1:4],
+  lambda: torch.randn(10, 1).expand(10, 4),          # stride 0
+  lambda: BASE.reshape(2, 5, 12).permute(2, 0, 1)[:, :, 1],
+  lambda: BASE.unfold(1, 4, 2)[:, :, 1],             # overlapping windows view
+  lambda: torch.randn(20).as_strided((4, 4), (1, 1)),  # overlapping storage
+], ids=["t", "stepped", "offset", "t_slice", "expand", "permuted", "unfold", "overlap"])
+def test_non_contiguous_inputs(make):
+  x = make()
+  assert not x.is_contiguous()
+  check_against_eager(lambda x: (x * x.exp()).sum(-1, keepdim=True) + x, x)
+
+
+def test_non_contiguous_inputs_in_training():
+  x = torch.randn(6, 8).t().requires_grad_()
+  check_grads_against_eager(lambda x: (x.relu() * x.sigmoid()).sum(0), x)
+
+
+def test_strides_change_between_calls_static():
+  fn = lambda x, y: x * y.exp() + x.sum(0)
+  compiled = torch.compile(fn, backend="uop", dynamic=False)
+  base = torch.randn(12, 12)
+  for x, y in [(base[:4, :5], base[:4, :5]), (base.t()[:4, :5], base[1:5, ::2][:, :5]),
+               (base[::3, 1:6], base.t()[3:7, 2:7]), (torch.randn(4, 1).expand(4, 5), base[:4, 5:10]),
+               (base[:4, :5].contiguous(), base[:4, :5].contiguous())]:
+    torch.testing.assert_close(compiled(x, y), fn(x, y))
+  m = torch_uop.metrics()
+  assert m["graphs_fallen_back"] == 0 and m["fallback_nodes_total"] == 0
+
+
+def test_strides_change_between_calls_default():
+  fn = lambda x: x * 2 + 1
+  compiled = torch.compile(fn, backend="uop")
+  base = torch.randn(30)
+  for x in [base[:20].view(4, 5), base[:20].view(5, 4).t(), base.as_strided((4, 5), (1, 4), 3),
+            base.as_strided((4, 5), (5, 1), 7), base.as_strided((4, 5), (2, 1))]:
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_compiled_graph_copies_an_unexpected_layout():
+  # handed a tensor whose strides differ from the compiled ones, the executor copies it into place
+  g = torch_uop.debug.compile_graph(lambda x: x.sum(0) * 2, torch.randn(4, 6))
+  x = torch.randn(6, 4).t()
+  torch.testing.assert_close(g(x)[0], x.sum(0) * 2)
+
+
+# ------------------------------------------------------------------ bad input
+
+def test_wrong_shape_raises_like_eager():
+  fn = lambda x, y: x + y
+  compiled = torch.compile(fn, backend="uop")
+  a, b = torch.randn(3, 4), torch.randn(3, 4)
+  torch.testing.assert_close(compiled(a, b), a + b)
+  bad = torch.randn(5, 4)
+  with pytest.raises(RuntimeError, match="must match the size"):
+    fn(a, bad)
+  with pytest.raises(RuntimeError, match="must match the size"):
+    compiled(a, bad)
+  # the compiled function is still usable afterwards
+  torch.testing.assert_close(compiled(a, b), a + b)
+
+
+def test_new_valid_shape_recompiles():
+  fn = lambda x: x @ x.t()
+  compiled = torch.compile(fn, backend="uop", dynamic=False)
+  for shape in [(3, 4), (5, 2), (1, 1)]:
+    x = torch.randn(shape)
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_compiled_graph_rejects_wrong_shape_and_dtype():
+  g = torch_uop.debug.compile_graph(lambda x: x * 2, torch.randn(3, 4))
+  with pytest.raises(RuntimeError, match=r"compiled for \(3, 4\)"):
+    g(torch.randn(4, 3))
+  with pytest.raises(RuntimeError, match="compiled for"):
+    g(torch.randn(3, 4, dtype=torch.float64))
+  with pytest.raises(TypeError, match="expected a tensor"):
+    g(3.0)
+
+
+def test_wrong_dtype_recompiles():
+  fn = lambda x: (x * 2 + 1).sum(-1)
+  compiled = torch.compile(fn, backend="uop")
+  for dt in [torch.float32, torch.float64, torch.int32, torch.float16, torch.bfloat16]:
+    x = (torch.randn(4, 5) * 3).to(dt)
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+# ------------------------------------------------------------------ NaN and Inf
+
+NAN, INF = float("nan"), float("inf")
+SPECIAL = torch.tensor([[1.0, NAN, 2.0, -1.0], [INF, -INF, 0.0, 1.0], [3.0, -1.0, 3e38, -0.0], [NAN, INF, -INF, NAN]])
+
+
+@pytest.mark.parametrize("name,fn", [
+  ("relu", lambda x: x.relu()),
+  ("max", lambda x: x.max(-1).values),
+  ("amin", lambda x: x.amin(-1)),
+  ("maximum", lambda x: torch.maximum(x, x.flip(-1))),
+  ("clamp", lambda x: x.clamp(-1, 1)),
+  ("sum_exp", lambda x: x.exp().sum(-1)),
+  ("softmax", lambda x: x.softmax(-1)),
+  ("overflow", lambda x: x * 1e10),
+  ("div_zero", lambda x: x / (x - x.round())),
+  ("log", lambda x: torch.log(x) + torch.sqrt(x)),
+  ("where_isnan", lambda x: torch.where(torch.isnan(x), torch.zeros_like(x), x)),
+  ("nan_to_num", lambda x: torch.nan_to_num(x)),
+  ("isinf", lambda x: torch.isinf(x) | torch.isfinite(x)),
+])
+def test_nan_and_inf_propagate(name, fn):
+  check_against_eager(fn, SPECIAL.clone())
+
+
+def test_nan_in_training():
+  x = SPECIAL.clone().requires_grad_()
+  fn = lambda x: (x.relu() * 2).sum()
+  out = torch.compile(fn, backend="uop")(x)
+  out.backward()
+  ref_x = SPECIAL.clone().requires_grad_()
+  ref = fn(ref_x)
+  ref.backward()
+  torch.testing.assert_close(out, ref, equal_nan=True)
+  torch.testing.assert_close(x.grad, ref_x.grad, equal_nan=True)
+
+
+# ------------------------------------------------------------------ options and debug output
+
+def test_unknown_option_raises_value_error_naming_it():
+  from torch_uop.config import Config
+  with pytest.raises(ValueError, match="unknown option 'bogus_opt'"):
+    Config.from_options({"bogus_opt": 1})
+  compiled = torch.compile(lambda x: x + 1, backend="uop", options={"bogus_opt": 1})
+  # Dynamo calls the backend at the first call and wraps what it raises; the ValueError is the cause
+  with pytest.raises(Exception, match="unknown option 'bogus_opt'") as err:
+    compiled(torch.randn(3))
+  inner = getattr(err.value, "inner_exception", err.value)
+  assert isinstance(inner, ValueError), type(inner)
+
+
+@pytest.mark.parametrize("options,match", [({"opt_level": 7}, "opt_level"), ({"device": "tpu"}, "device 'tpu'")])
+def test_bad_option_values_raise_value_error(options, match):
+  from torch_uop.config import Config
+  with pytest.raises(ValueError, match=match):
+    Config.from_options(options)
+
+
+def test_debug_env_var_prints_kernel_list():
+  script = ("import torch, torch_uop\n"
+            "f = torch.compile(lambda x: x - x.mean(-1, keepdim=True), backend='uop')\n"
+            "x = torch.randn(4, 5)\n"
+            "torch.testing.assert_close(f(x), x - x.mean(-1, keepdim=True))\n"
+            "print('DONE')\n")
+  env = {**os.environ, "TORCH_UOP_DEBUG": "2"}
+  r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr
+  assert "DONE" in r.stdout
+  assert "[torch_uop] 2 kernels, 0 fallback steps" in r.stderr
+  assert "inference1_k0: out (4, 1) float32 <- buffers [0]" in r.stderr
+  assert "inference1_k1: out (4, 5) float32 <- buffers [0, 1]" in r.stderr
+  assert "compiled inference graph" in r.stderr
