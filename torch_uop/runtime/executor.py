@@ -110,6 +110,8 @@ class CompiledGraph:
       if self.debug >= 4: print(src, file=sys.stderr)
 
   def _bind_input(self, spec, t: torch.Tensor) -> torch.Tensor:
+    if t is None and math.prod(spec.shape) == 0:
+      return torch.empty(spec.shape, dtype=spec.dtype)  # AOTAutograd passes None for side-effect tokens
     if not isinstance(t, torch.Tensor):
       raise TypeError(f"torch_uop: expected a tensor for input {spec.slot}, got {type(t).__name__}")
     if t.device.type != "cpu":
@@ -151,7 +153,8 @@ class CompiledGraph:
     tensors = []
     for src, s in zip(item.node.src, item.in_slots):
       t = bufs[s]
-      tensors.append(t.view(src.shape) if src.op is not Ops.BUFFER and tuple(t.shape) != src.shape else t)
+      # a realized node or a flat buffer: give the op the shape its graph node had
+      tensors.append(t.reshape(src.shape) if tuple(t.shape) != src.shape else t)
     result = op.target(*_substitute(op.args, tensors), **{k: _substitute(v, tensors) for k, v in op.kwargs.items()})
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     for k, s in item.out_slots.items(): bufs[s] = results[k].contiguous()

@@ -1,0 +1,133 @@
+"""Run PyTorch's OpInfo samples through torch.compile(backend="uop") and compare with eager.
+
+`run_op(opinfo, dtype, max_samples)` yields one `SampleResult` per sample: 'native' (matched eager,
+no node fell back), 'fallback' (matched eager, some node ran in ATen), 'eager_error' (eager itself
+raises: the compiled call must raise too), or 'fail' (mismatch, or an exception eager did not raise).
+Used by tests/test_opinfo.py and by `python -m tests.opinfo.harness` for the full report.
+"""
+from __future__ import annotations
+import argparse
+import collections
+import json
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+import torch
+import torch_uop
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool]
+
+
+@dataclass
+class SampleResult:
+  op: str
+  variant: str
+  dtype: str
+  index: int
+  status: str
+  detail: str = ""
+  fallbacks: tuple = ()
+
+
+# ops whose values eager leaves undefined (uninitialized memory) or draws at random: compare
+# shape and dtype only (the statistics of the random ones are tested separately)
+UNDEFINED_VALUES = ("empty", "empty_like", "new_empty", "empty_strided", "empty_permuted", "new_empty_strided")
+RANDOM_MARKERS = ("rand", "normal", "uniform", "bernoulli", "dropout", "multinomial", "cauchy", "exponential",
+                  "geometric", "log_normal", "poisson")
+
+
+def _values_defined(name: str) -> bool:
+  return name not in UNDEFINED_VALUES and not any(m in name for m in RANDOM_MARKERS)
+
+
+def _same_meta(actual, expected):
+  for a, e in zip(_to_tuple(actual), _to_tuple(expected)):
+    if isinstance(e, torch.Tensor):
+      assert isinstance(a, torch.Tensor) and a.shape == e.shape and a.dtype == e.dtype, f"{a} vs {e}"
+
+
+def _tolerances(dtype):
+  if dtype in (torch.float16, torch.bfloat16): return dict(rtol=1.6e-2, atol=1e-2) if dtype == torch.bfloat16 else dict(rtol=1e-3, atol=1e-3)
+  return {}
+
+
+def _to_tuple(x):
+  return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def run_sample(opinfo, sample, dtype, index: int) -> SampleResult:
+  name = opinfo.name
+  variant = opinfo.variant_test_name
+  op = opinfo.op
+
+  def fn(inp, *args, **kwargs): return op(inp, *args, **kwargs)
+
+  try:
+    expected = fn(sample.input, *sample.args, **sample.kwargs)
+    eager_error = None
+  except Exception as e:  # eager rejects this sample: compiled must reject it too
+    eager_error = e
+  torch._dynamo.reset()
+  torch_uop.reset_metrics()
+  compiled = torch.compile(fn, backend="uop")
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      actual = compiled(sample.input, *sample.args, **sample.kwargs)
+  except Exception as e:
+    if eager_error is not None: return SampleResult(name, variant, str(dtype), index, "eager_error", type(e).__name__)
+    return SampleResult(name, variant, str(dtype), index, "fail", f"raised {type(e).__name__}: {str(e)[:300]}")
+  if eager_error is not None:
+    return SampleResult(name, variant, str(dtype), index, "fail", f"eager raised {type(eager_error).__name__}, compiled did not")
+  m = torch_uop.metrics()
+  try:
+    if _values_defined(name):
+      torch.testing.assert_close(actual, expected, equal_nan=True, check_device=True, check_layout=False, **_tolerances(dtype))
+    else: _same_meta(actual, expected)
+  except Exception as e:
+    return SampleResult(name, variant, str(dtype), index, "fail", f"mismatch: {str(e)[:300]}", tuple(m["nodes_fallen_back"]))
+  native = m["fallback_nodes_total"] == 0 and m["graphs_fallen_back"] == 0
+  return SampleResult(name, variant, str(dtype), index, "native" if native else "fallback", "", tuple(m["nodes_fallen_back"]))
+
+
+def run_op(opinfo, dtype, max_samples: int | None = None):
+  if dtype not in opinfo.supported_dtypes("cpu"): return
+  try:
+    samples = opinfo.sample_inputs("cpu", dtype, requires_grad=False)
+    for i, sample in enumerate(samples):
+      if max_samples is not None and i >= max_samples: break
+      yield run_sample(opinfo, sample, dtype, i)
+  except Exception as e:  # sample generation itself failed: not torch_uop's business, report it
+    yield SampleResult(opinfo.name, opinfo.variant_test_name, str(dtype), -1, "sample_error", f"{type(e).__name__}: {e}"[:200])
+
+
+def main(argv=None):
+  from torch.testing._internal.common_methods_invocations import op_db
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--ops", nargs="*", help="op names to run (default all)")
+  ap.add_argument("--dtypes", nargs="*", default=[str(d).split(".")[-1] for d in DTYPES])
+  ap.add_argument("--max-samples", type=int, default=None)
+  ap.add_argument("--json", default=None)
+  args = ap.parse_args(argv)
+  dtypes = [getattr(torch, d) for d in args.dtypes]
+  results = []
+  t0 = time.time()
+  for opinfo in op_db:
+    if args.ops and opinfo.name not in args.ops: continue
+    for dt in dtypes:
+      for r in run_op(opinfo, dt, args.max_samples):
+        results.append(r)
+        if r.status == "fail": print(f"FAIL {r.op}.{r.variant} {r.dtype} #{r.index}: {r.detail}", flush=True)
+  by = collections.defaultdict(collections.Counter)
+  for r in results: by[r.dtype][r.status] += 1
+  for dt, c in by.items(): print(dt, dict(c))
+  fell = collections.Counter(f for r in results if r.status == "fallback" for f in r.fallbacks)
+  print("fallback ops:", fell.most_common())
+  print(f"{len(results)} samples in {time.time() - t0:.0f}s")
+  if args.json:
+    with open(args.json, "w") as f: json.dump([r.__dict__ for r in results], f)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
