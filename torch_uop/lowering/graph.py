@@ -3,7 +3,8 @@
 `lower_graph(gm)` walks an ATen-level FX graph. Placeholders become BUFFER nodes seen through a
 strided VIEW; each call_function node goes through the registry. A node with no lowering, whose
 lowering raises, or whose result disagrees with `meta["val"]` (shape or dtype) becomes a FALLBACK
-node: at run time torch runs the ATen op on realized inputs, between kernels. The result,
+node: at run time torch runs the ATen op on realized inputs, between kernels. Tensor constants
+(get_attr) of one element become CONSTs; larger ones are buffers filled by a constant step. The result,
 `LoweredGraph`, says what each graph output is (a tensor node, an input, or a constant).
 It raises `WholeGraphFallback` only for graphs it cannot represent at all (e.g. symbolic sizes).
 """
@@ -138,6 +139,8 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
       env[node], slot = _fallback_node(node, args, kwargs, buffer_slots, slot)
       g.fallbacks.append(_op_name(node.target))
       _metrics.report_fallback_once(_op_name(node.target), reason, debug)
+    elif node.op == "get_attr":
+      env[node], slot = _constant_node(gm, node, buffer_slots, slot)
     elif node.op == "output":
       for o in node.args[0]:
         if isinstance(o, torch.fx.Node):
@@ -150,6 +153,33 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
       raise WholeGraphFallback(f"FX node kind {node.op}")
   g.next_slot = slot
   return g
+
+
+class _Constant:
+  """The run-time step that provides a tensor constant of the graph (a fresh copy each call)."""
+  __name__ = "constant"
+
+  def __init__(self, t: torch.Tensor): self.t = t
+  def __call__(self): return self.t.clone()
+
+
+def _constant_node(gm, node, buffer_slots, slot):
+  """A get_attr tensor: one element becomes a CONST; a larger one is a buffer a step fills at run time."""
+  t = gm
+  for part in node.target.split("."): t = getattr(t, part)
+  if not isinstance(t, torch.Tensor): raise WholeGraphFallback(f"get_attr {node.target} is not a tensor")
+  if t.device.type != "cpu": raise WholeGraphFallback(f"constant {node.target} is on {t.device}")
+  dt = from_torch(t.dtype)
+  shape = tuple(t.shape)
+  if t.numel() == 1:
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily(): value = t.item()  # backends compile under a fake mode
+    return LT.full(shape, value, dt), slot
+  op = FallbackOp(_Constant(t.detach().contiguous()), (), {}, 1, "constant")
+  fb = UOp(Ops.FALLBACK, dt, (), op)
+  buf = UOp(Ops.BUFFER, dt, (fb,), (slot, max(math.prod(shape), 1)))
+  buffer_slots[buf] = slot
+  return LT(UOp(Ops.VIEW, dt, (buf,), ShapeTracker.from_shape(shape))), slot + 1
 
 
 def _op_name(target) -> str: return str(getattr(target, "__name__", target))

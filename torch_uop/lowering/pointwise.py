@@ -75,15 +75,20 @@ def div(ctx, a, b, rounding_mode=None):
 
 
 def _float_floor_div(x: LT, y: LT) -> LT:
-  """Python floor division on floats, as eager computes it: from fmod, with the sign fixed up."""
+  """Python floor division on floats, as eager computes it (div_floor_floating_vec): from fmod, with
+  the sign fixed up; division by zero gives the IEEE quotient."""
+  basic = x / y
   mod = x.alu(Ops.MOD, y)
-  div = (x - mod) / y
+  # when the quotient overflows, fmod is no help: divide x itself
+  overflow = basic.math("abs").eq(math.inf) & x.math("abs").ne(math.inf)
+  div = overflow.where(x, x - mod) / y
   fix = (mod.ne(0)) & ((y < 0).ne(mod < 0))
   div = fix.where(div - 1, div)
   floored = div.math("floor")
   floored = ((div - floored) > 0.5).where(floored + 1, floored)
-  zero_with_sign = LT.full(div.shape, 0.0, div.dtype).math("copysign", x / y)
-  return div.ne(0).where(floored, zero_with_sign)
+  zero_with_sign = LT.full(div.shape, 0.0, div.dtype).math("copysign", basic)
+  out = div.ne(0).where(floored, zero_with_sign)
+  return y.eq(0).where(basic, out)
 
 
 def _int_div(x: LT, y: LT, mode: str) -> LT:
@@ -171,15 +176,53 @@ def pow_(ctx, a, b):
 
 
 def _int_pow(x: LT, y: LT, b) -> LT:
-  # exponentiation by squaring over a fixed number of bits (exponents < 2**63)
-  if isinstance(b, int) and b >= 0:
+  """Integer power as eager's powi: exponentiation by squaring (wrapping), and for a negative
+  exponent 1 if x == 1, +-1 if x == -1, else 0."""
+  if isinstance(b, int) and not isinstance(b, bool):
+    if b < 0: raise Unsupported("integers to negative integer powers are an error in eager")
     out, base, e = x.const_like(1), x, b
     while e:
       if e & 1: out = out * base
       e >>= 1
       if e: base = base * base
     return out
-  raise Unsupported("integer pow with a tensor or negative exponent")
+  # a tensor exponent: square-and-multiply unrolled over every bit the exponent's dtype can hold
+  bits = 8 * y.dtype.itemsize - (0 if y.dtype.is_unsigned else 1)
+  out, base, e = x.const_like(1), x, y
+  for i in range(bits):
+    out = (e & 1).ne(0).where(out * base, out)
+    if i + 1 < bits:
+      e, base = e.alu(Ops.SHR, e.const_like(1)), base * base
+  if y.dtype.is_unsigned: return out
+  odd = (y & 1).ne(0)
+  neg_result = x.eq(1).where(x.const_like(1), x.eq(-1).where(odd.where(x.const_like(-1), x.const_like(1)), x.const_like(0)))
+  return (y < 0).where(neg_result, out)
+
+
+@register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def remainder(ctx, a, b):
+  """Python modulo: the remainder takes the divisor's sign."""
+  def f(x, y):
+    mod = x.alu(Ops.MOD, y)
+    fix = mod.ne(0) & (mod < 0).ne(y < 0)
+    return fix.where(mod + y, mod) if not x.dtype.is_unsigned else mod
+  return elementwise(ctx, DEFAULT, f, a, b)
+
+
+@register(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(ctx, a, b): return elementwise(ctx, DEFAULT, lambda x, y: x.alu(Ops.MOD, y), a, b)
+
+
+@register(aten.atan2.default)
+def atan2(ctx, a, b): return elementwise(ctx, INT_TO_FLOAT, lambda x, y: x.math("atan2", y), a, b)
+
+
+@register(aten.hypot.default)
+def hypot(ctx, a, b): return elementwise(ctx, DEFAULT, lambda x, y: x.math("hypot", y), a, b)
+
+
+@register(aten.copysign.Tensor, aten.copysign.Scalar)
+def copysign(ctx, a, b): return elementwise(ctx, INT_TO_FLOAT, lambda x, y: x.math("copysign", y), a, b)
 
 
 @register(aten.maximum.default, aten.minimum.default, aten.fmax.default, aten.fmin.default)

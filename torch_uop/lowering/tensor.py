@@ -137,9 +137,10 @@ class LT:
   # ---------------- elementwise
   def cast(self, dtype: DType) -> LT:
     if dtype == self.dtype: return self
-    if self.dtype == dtypes.float64 and dtype in (dtypes.float16, dtypes.bfloat16):
-      # eager converts double to a half type through float (c10::Half(float)), and LLVM's direct
-      # fptrunc double -> half is a libcall (__truncdfhf2) the JIT cannot resolve
+    halfs = (dtypes.float16, dtypes.bfloat16)
+    if dtype in halfs and self.dtype in (dtypes.float64, *halfs):
+      # eager converts double and the other half type through float (c10::Half(float)); LLVM has no
+      # half <-> bfloat cast, and fptrunc double -> half is a libcall (__truncdfhf2) the JIT cannot resolve
       return self.cast(dtypes.float32).cast(dtype)
     return LT(UOp(Ops.CAST, dtype, (self.uop,)))
 
