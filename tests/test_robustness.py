@@ -166,6 +166,25 @@ def test_compiled_graph_copies_an_unexpected_layout():
   torch.testing.assert_close(g(x)[0], x.sum(0) * 2)
 
 
+def test_compiled_graph_refuses_data_an_expanded_layout_cannot_hold():
+  # compiled for a stride-0 input, the kernels read one value per row: a dense input cannot be copied into that
+  g = torch_uop.debug.compile_graph(lambda x: x * 2, torch.randn(4, 1).expand(4, 5))
+  e = torch.randn(4, 1).expand(4, 5)
+  torch.testing.assert_close(g(e)[0], e * 2)
+  with pytest.raises(RuntimeError, match=r"compiled for strides \(1, 0\), where several elements share one memory"):
+    g(torch.randn(4, 5))
+  # under torch.compile the stride guard recompiles instead
+  fn = lambda x: x * 2
+  compiled = torch.compile(fn, backend="uop", dynamic=False)
+  for x in (e, torch.randn(4, 5)): torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_size_one_dims_ignore_strides():
+  g = torch_uop.debug.compile_graph(lambda x: x + 1, torch.randn(1, 5))
+  x = torch.randn(5, 1).t()  # strides (1, 1): same layout in every dim that matters
+  torch.testing.assert_close(g(x)[0], x + 1)
+
+
 # ------------------------------------------------------------------ bad input
 
 def test_wrong_shape_raises_like_eager():

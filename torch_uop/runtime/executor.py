@@ -118,8 +118,12 @@ class CompiledGraph:
       raise RuntimeError(f"torch_uop: input {spec.slot} is on {t.device}, but this graph was compiled for the CPU")
     if t.dtype != spec.dtype or tuple(t.shape) != spec.shape:
       raise RuntimeError(f"torch_uop: input {spec.slot} is {tuple(t.shape)} {t.dtype}, compiled for {spec.shape} {spec.dtype}")
-    if tuple(t.stride()) != spec.strides and math.prod(spec.shape) > 1:
-      # a layout the kernels were not built for: copy into the compiled layout
+    if math.prod(spec.shape) > 1 and any(st != want for n, st, want in zip(spec.shape, t.stride(), spec.strides) if n > 1):
+      # a layout the kernels were not built for: copy into the compiled layout, if it holds one element per location
+      if not _one_element_per_location(spec.shape, spec.strides):
+        raise RuntimeError(f"torch_uop: input {spec.slot} has strides {tuple(t.stride())}, but this graph was compiled for "
+                           f"strides {spec.strides}, where several elements share one memory location (an expanded or "
+                           f"overlapping tensor); its kernels cannot read other values. Compile it again for this layout.")
       t = torch.empty_strided(spec.shape, spec.strides, dtype=t.dtype).copy_(t)
     return t
 
@@ -158,6 +162,16 @@ class CompiledGraph:
     result = op.target(*_substitute(op.args, tensors), **{k: _substitute(v, tensors) for k, v in op.kwargs.items()})
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     for k, s in item.out_slots.items(): bufs[s] = results[k].contiguous()
+
+
+def _one_element_per_location(shape: tuple, strides: tuple) -> bool:
+  """True if no two in-bounds indices of this layout address the same element (no stride 0, no overlap)."""
+  dims = sorted((abs(st), n) for n, st in zip(shape, strides) if n > 1)
+  reach = 1  # every offset reachable by the dims so far lies in [0, reach)
+  for st, n in dims:
+    if st < reach: return False
+    reach = st * (n - 1) + reach
+  return True
 
 
 def _merge_modules(sources: list[str]) -> str:
