@@ -166,28 +166,34 @@ class TestSymbolic:
     for i, st in zip(idxs, contiguous_strides(shape)): flat = flat + i * c(st)
     assert simplify(flat) is x
 
-  def test_random_expressions_keep_their_value(self):
-    g = torch.Generator().manual_seed(1)
-    i, j, k = rng(5, 0), rng(4, 1), rng(3, 2)
-    env = {i: torch.arange(5).reshape(5, 1, 1), j: torch.arange(4).reshape(1, 4, 1), k: torch.arange(3).reshape(1, 1, 3)}
-    leaves = [i, j, k]
+  @pytest.mark.parametrize("seed", range(2))
+  def test_random_expressions_keep_their_value(self, seed):
+    # random integer expressions over three ranges (negative constants and divisors, comparisons, WHERE):
+    # simplification keeps every value, and bounds before and after contain every value
+    g = torch.Generator().manual_seed(seed)
+    rand = lambda n: int(torch.randint(n, (1,), generator=g))
+    i, j, k = rng(5, 0), rng(4, 1), rng(7, 2)
+    env = {i: torch.arange(5).reshape(5, 1, 1), j: torch.arange(4).reshape(1, 4, 1), k: torch.arange(7).reshape(1, 1, 7)}
 
     def rand_expr(depth):
-      if depth == 0 or torch.rand(1, generator=g).item() < 0.2:
-        return leaves[torch.randint(3, (1,), generator=g).item()] if torch.rand(1, generator=g).item() < 0.7 \
-          else c(torch.randint(0, 7, (1,), generator=g).item())
-      op = [Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.ADD, Ops.SUB, Ops.MAX][torch.randint(7, (1,), generator=g).item()]
+      if depth == 0 or rand(5) == 0: return [i, j, k][rand(3)] if rand(10) < 7 else c(rand(13) - 4)
+      op = [Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.SUB, Ops.MAX, Ops.MIN, Ops.WHERE, Ops.ADD, Ops.MUL][rand(10)]
       a = rand_expr(depth - 1)
-      if op in (Ops.IDIV, Ops.MOD): return a.alu(op, c(torch.randint(1, 7, (1,), generator=g).item()))
+      if op in (Ops.IDIV, Ops.MOD): return a.alu(op, c((rand(9) + 1) * (1 if rand(4) else -1)))
+      if op is Ops.WHERE:
+        cond = rand_expr(depth - 1).alu([Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CMPLE][rand(4)], rand_expr(depth - 1))
+        return cond.where(a, rand_expr(depth - 1))
       return a.alu(op, rand_expr(depth - 1))
 
-    for _ in range(300):
-      e = rand_expr(4)
+    for _ in range(250):
+      e = rand_expr(5)
       s = simplify(e)
-      assert torch.equal(evaluate(s, env).expand(5, 4, 3), evaluate(e, env).expand(5, 4, 3)), f"{e}\n->\n{s}"
-      lo, hi = bounds(s)
-      v = evaluate(e, env)
-      assert lo <= v.min().item() and v.max().item() <= hi, f"bounds {lo, hi} of\n{s}"
+      v = evaluate(e, env).expand(5, 4, 7)
+      assert torch.equal(evaluate(s, env).expand(5, 4, 7), v), f"{e}\n->\n{s}"
+      lo, hi = v.min().item(), v.max().item()
+      for x in (e, s):
+        b = bounds(x)
+        assert b[0] <= lo and hi <= b[1], f"bounds {b} miss [{lo}, {hi}] of\n{x}"
 
 
 # ------------------------------------------------------------------ ShapeTracker
@@ -327,14 +333,16 @@ class TestShapeTracker:
     top = ShapeTracker.from_shape((6, 4)).permute((1, 0)).flip((0,))
     check(st.reshape((6, 4)) + top, t.reshape(6, 4).permute(1, 0).flip(0))
 
-  def test_random_chains_against_torch(self):
-    g = torch.Generator().manual_seed(0)
+  @pytest.mark.parametrize("seed", range(4))
+  def test_random_chains_against_torch(self, seed):
+    # t holds the index map with pad -1, so masking composes exactly like F.pad with value -1
+    g = torch.Generator().manual_seed(seed)
     rand = lambda n: int(torch.randint(n, (1,), generator=g))
-    for _ in range(60):
-      st, t = base(2, 3, 4)
-      # t holds the index map with pad -1, so masking composes exactly like torch.pad with value -1
-      for _ in range(5):
-        k = rand(6)
+    starts = [(2, 3, 4), (6, 4), (4, 1, 6), (12,)]
+    for _ in range(40):
+      st, t = base(*starts[rand(len(starts))])
+      for _ in range(6):
+        k = rand(7)
         if k == 0:
           order = torch.randperm(t.dim(), generator=g).tolist()
           st, t = st.permute(order), t.permute(order)
@@ -357,12 +365,27 @@ class TestShapeTracker:
           steps = [1] * t.dim(); steps[d] = step
           sl = [slice(None)] * t.dim(); sl[d] = slice(None, None, step)
           st, t = st.stride_step(steps), t[tuple(sl)]
+        elif k == 5:
+          ones = [d for d in range(t.dim()) if t.shape[d] == 1]
+          if ones:
+            new = list(t.shape); new[ones[rand(len(ones))]] = 1 + rand(4)
+            st, t = st.expand(tuple(new)), t.expand(*new)
         else:
-          shapes = [(t.numel(),), (1, t.numel())]
-          if t.dim() >= 2: shapes.append((t.shape[0] * t.shape[1], *t.shape[2:]))
+          shapes = _reshape_candidates(tuple(t.shape))
           new = shapes[rand(len(shapes))]
           st, t = st.reshape(new), t.reshape(new)
         check(st, t)
+
+
+def _reshape_candidates(shape):
+  """Reshapes that split a dim in two, merge two neighbours, add or drop a unit dim, or flatten."""
+  out = [(math.prod(shape),)]
+  for d, s in enumerate(shape):
+    out += [shape[:d] + (f, s // f) + shape[d + 1:] for f in range(2, s) if s % f == 0]
+    out.append(shape[:d] + (1,) + shape[d:])
+    if d + 1 < len(shape): out.append(shape[:d] + (s * shape[d + 1],) + shape[d + 2:])
+    if s == 1 and len(shape) > 1: out.append(shape[:d] + shape[d + 1:])
+  return out
 
 
 # ------------------------------------------------------------------ patterns and rewriting
