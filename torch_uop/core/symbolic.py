@@ -15,6 +15,13 @@ _INF = math.inf
 
 def bounds(u: UOp):
   """Smallest and largest value u can take (conservative)."""
+  lo, hi = _bounds(u)
+  # integer arithmetic wraps: a range past the dtype's says nothing (and would overflow the float math here)
+  if u.dtype.is_int and (lo < u.dtype.min() or hi > u.dtype.max()): return u.dtype.min(), u.dtype.max()
+  return lo, hi
+
+
+def _bounds(u: UOp):
   if u.op is Ops.CONST: return u.arg, u.arg
   if u.dtype.is_float: return -_INF, _INF
   lo_t, hi_t = u.dtype.min(), u.dtype.max()

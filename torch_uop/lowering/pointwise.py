@@ -144,9 +144,8 @@ def abs_(ctx, a):
 def sign(ctx, a):
   def f(x):
     if x.dtype.is_bool: return x
-    pos, neg_ = (x > 0).cast(x.dtype), (x < 0).cast(x.dtype)
-    s = pos - neg_
-    return x.isnan().where(x, s) if x.dtype.is_float else s
+    # (0 < x) - (x < 0), as eager's sign kernel: NaN gives 0
+    return (x > 0).cast(x.dtype) - (x < 0).cast(x.dtype)
   return elementwise(ctx, DEFAULT, f, a)
 
 
@@ -159,6 +158,17 @@ def relu(ctx, a):
 def rounding(ctx, a):
   name = ctx.node.target.overloadpacket.__name__
   return elementwise(ctx, DEFAULT, lambda x: x.math(name) if x.dtype.is_float else x, a)
+
+
+@register(aten.round.decimals)
+def round_decimals(ctx, a, decimals=0):
+  """eager: nearbyint(x * 10**d) / 10**d, or nearbyint(x / 10**-d) * 10**-d for negative d."""
+  scale = float(10 ** abs(decimals))
+  def f(x):
+    if not x.dtype.is_float: return x
+    if decimals < 0: return (x / scale).math("round") * scale
+    return (x * scale).math("round") / scale
+  return elementwise(ctx, DEFAULT, f, a)
 
 
 @register(aten.frac.default)
@@ -305,6 +315,16 @@ def bitwise_not(ctx, a): return elementwise(ctx, DEFAULT, lambda x: x.logical_no
 
 @register(aten.isnan.default)
 def isnan(ctx, a): return elementwise(ctx, ALWAYS_BOOL, lambda x: x.isnan() if x.dtype.is_float else x.const_like(False, dtypes.bool), a)
+
+
+@register(aten.signbit.default)
+def signbit(ctx, a):
+  def f(x):
+    if x.dtype.is_float:
+      return x.bitcast({4: dtypes.int32, 8: dtypes.int64}[x.dtype.itemsize]) < 0   # -0.0 and -NaN too
+    if x.dtype.is_unsigned or x.dtype.is_bool: return x.const_like(False, dtypes.bool)
+    return x < 0
+  return elementwise(ctx, ALWAYS_BOOL, f, a)
 
 
 @register(aten.isinf.default)
