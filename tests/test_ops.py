@@ -1,0 +1,369 @@
+"""Op-by-op checks of the uop backend against eager PyTorch.
+
+Every test compiles a small function with `torch.compile(backend="uop")`, runs it and compares with
+eager through `check_against_eager` (values, dtypes and shapes via `torch.testing.assert_close`, and
+no node may fall back to ATen) or `check_grads_against_eager` (input gradients as well).
+Families: elementwise math and type promotion, reductions, movement, creation, matmul and
+convolution, and the neural-network ops (softmax, norms, pooling, attention, losses).
+"""
+from __future__ import annotations
+import math
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import check_against_eager, check_grads_against_eager
+
+nan, inf = float("nan"), float("inf")
+
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+ALL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool, torch.uint8]
+
+
+def tol(dtype):
+  """Tolerances for comparing a half-precision result computed in float32 (as eager does) with eager."""
+  if dtype == torch.bfloat16: return dict(rtol=1.6e-2, atol=1e-2)
+  if dtype == torch.float16: return dict(rtol=1e-3, atol=1e-3)
+  return {}
+
+
+def make(shape, dtype=torch.float32, low=-3.0, high=3.0):
+  """Random values of any dtype; integers in [low, high), bools half true."""
+  if dtype == torch.bool: return torch.rand(shape) > 0.5
+  if dtype.is_floating_point: return (torch.rand(shape, dtype=torch.float64) * (high - low) + low).to(dtype)
+  return torch.randint(int(low), int(high), shape).to(dtype)
+
+
+def special_values(dtype=torch.float32):
+  """Ordinary values mixed with NaN, +-Inf and signed zeros."""
+  return torch.tensor([0.0, -0.0, 1.5, -2.5, nan, inf, -inf, 3.0, -1.0, 0.5, 7.0, -7.0], dtype=dtype)
+
+
+# ============================================================================ elementwise
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64, torch.float16, torch.bfloat16])
+def test_arith(op, dtype):
+  fn = getattr(torch, op)
+  a = make((4, 5), dtype)
+  b = make((4, 5), dtype, 1, 4) if not dtype.is_floating_point else make((4, 5), dtype, 0.5, 3.0)
+  check_against_eager(fn, a, b, **tol(dtype))
+
+
+def test_add_sub_alpha():
+  a, b = make((3, 4)), make((3, 4))
+  check_against_eager(lambda x, y: torch.add(x, y, alpha=2.5) - torch.sub(y, x, alpha=-3), a, b)
+  check_against_eager(lambda x, y: torch.add(x, y, alpha=3), make((3, 4), torch.int64), make((3, 4), torch.int64))
+
+
+def test_rsub():
+  check_against_eager(lambda x: 1.5 - x, make((3, 4)))
+  check_against_eager(lambda x: torch.rsub(x, 2), make((3, 4), torch.int32))
+
+
+@pytest.mark.parametrize("mode", ["floor", "trunc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_div_rounding_float(mode, dtype):
+  a = torch.tensor([7.0, -7.0, 7.0, -7.0, 5.5, -5.5, 0.0, -0.0, 1.0, -1.0, 3.0, 2.5], dtype=dtype)
+  b = torch.tensor([2.0, 2.0, -2.0, -2.0, 0.5, 1.5, 3.0, 3.0, 0.0, 0.0, -0.0, -1.0], dtype=dtype)
+  check_against_eager(lambda x, y: torch.div(x, y, rounding_mode=mode), a, b, **tol(dtype))
+  check_against_eager(lambda x: torch.div(x, -0.75, rounding_mode=mode), make((5, 7), dtype), **tol(dtype))
+
+
+@pytest.mark.parametrize("mode", ["floor", "trunc"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_div_rounding_int(mode, dtype):
+  if dtype == torch.uint8:
+    a, b = torch.tensor([7, 200, 0, 255, 13], dtype=dtype), torch.tensor([2, 3, 5, 7, 13], dtype=dtype)
+  else:
+    a = torch.tensor([7, -7, 7, -7, 0, 6, -6, 1, -1, 100], dtype=dtype)
+    b = torch.tensor([2, 2, -2, -2, 3, 3, 3, -5, 5, -7], dtype=dtype)
+  check_against_eager(lambda x, y: torch.div(x, y, rounding_mode=mode), a, b)
+  check_against_eager(lambda x: torch.div(x, 3, rounding_mode=mode), a)
+  check_against_eager(lambda x, y: x // y, a, b)
+
+
+def test_int_true_div():
+  a, b = make((4, 5), torch.int64), make((4, 5), torch.int64, 1, 5)
+  check_against_eager(lambda x, y: x / y, a, b)
+  check_against_eager(lambda x: x / 4, a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_div_by_zero_float(dtype):
+  a = torch.tensor([1.0, -1.0, 0.0, nan, inf, -2.0], dtype=dtype)
+  b = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, -0.0], dtype=dtype)
+  check_against_eager(lambda x, y: x / y, a, b)
+  check_against_eager(lambda x: x / 0.0, a)
+  check_against_eager(lambda x, y: torch.div(x, y, rounding_mode="floor"), a, b)
+  check_against_eager(lambda x, y: torch.div(x, y, rounding_mode="trunc"), a, b)
+
+
+def test_remainder_fmod():
+  a = torch.tensor([7.0, -7.0, 7.0, -7.0, 5.5, -0.5, 0.0])
+  b = torch.tensor([2.0, 2.0, -2.0, -2.0, 1.5, 3.0, 2.0])
+  check_against_eager(torch.remainder, a, b)
+  check_against_eager(torch.fmod, a, b)
+  ai, bi = torch.tensor([7, -7, 7, -7, 0, 9]), torch.tensor([2, 2, -2, -2, 3, 4])
+  check_against_eager(torch.remainder, ai, bi)
+  check_against_eager(torch.fmod, ai, bi)
+
+
+CMP_OPS = ["lt", "le", "gt", "ge", "eq", "ne"]
+
+
+@pytest.mark.parametrize("op", CMP_OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8, torch.bool, torch.float16])
+def test_compare_tensor(op, dtype):
+  fn = getattr(torch, op)
+  a, b = make((6, 4), dtype, 0, 4), make((6, 4), dtype, 0, 4)
+  a[0] = b[0]  # some ties
+  check_against_eager(fn, a, b)
+
+
+@pytest.mark.parametrize("op", CMP_OPS)
+def test_compare_scalar_and_nan(op):
+  fn = getattr(torch, op)
+  x = special_values()
+  check_against_eager(lambda t: fn(t, 1.5), x)
+  check_against_eager(lambda t: fn(t, 0), x)
+  check_against_eager(lambda t: fn(t, 2), make((3, 5), torch.int32))
+  check_against_eager(lambda t: fn(t, 1.5), make((3, 5), torch.int32))   # int tensor vs float scalar
+  check_against_eager(lambda t: fn(t, -1), make((3, 5), torch.uint8, 0, 5))
+  check_against_eager(fn, x, x.flip(0))                                 # NaN on either side
+
+
+def test_compare_broadcast_and_mixed_dtypes():
+  check_against_eager(lambda a, b: a < b, make((4, 1, 3)), make((5, 1)))
+  check_against_eager(lambda a, b: a >= b, make((3, 4), torch.int32), make((4,), torch.float64))
+  check_against_eager(lambda a, b: a == b, make((3, 4), torch.int64, 0, 3), make((3, 4), torch.uint8, 0, 3))
+
+
+@pytest.mark.parametrize("op", ["logical_and", "logical_or", "logical_xor"])
+@pytest.mark.parametrize("dtypes", [(torch.bool, torch.bool), (torch.float32, torch.int64), (torch.uint8, torch.bool)])
+def test_logical_binary(op, dtypes):
+  fn = getattr(torch, op)
+  a, b = make((5, 6), dtypes[0], -1, 2), make((5, 6), dtypes[1], -1, 2)
+  check_against_eager(fn, a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.int32])
+def test_logical_not(dtype):
+  x = make((5, 6), dtype, -1, 2)
+  if dtype.is_floating_point: x[0, :3] = torch.tensor([nan, 0.0, -0.0])
+  check_against_eager(torch.logical_not, x)
+
+
+def test_bool_operators():
+  a, b = make((4, 5), torch.bool), make((4, 5), torch.bool)
+  check_against_eager(lambda x, y: (x & y) | (~x ^ y), a, b)
+  check_against_eager(lambda x, y: (x & 6) | (y ^ 3), make((4, 5), torch.int64, -8, 8), make((4, 5), torch.int64, -8, 8))
+  check_against_eager(lambda x: ~x, make((4, 5), torch.int32, -8, 8))
+
+
+def test_where():
+  c = make((4, 5), torch.bool)
+  a, b = make((4, 5)), make((1, 5), torch.float64)
+  check_against_eager(torch.where, c, a, b)
+  check_against_eager(lambda c, a: torch.where(c, a, 0.5), c, a)
+  check_against_eager(lambda c, a: torch.where(c, 2, a), c, make((4, 5), torch.int32))
+  check_against_eager(lambda c: torch.where(c, 1.0, 0.0), c)
+  check_against_eager(lambda x: torch.where(x > 0, x, x * 0.1), a)
+  check_against_eager(lambda c, a: torch.where(c, a, torch.tensor(3.0)), make((3, 1), torch.bool), make((1, 5)))
+
+
+CAST_VALUES = torch.tensor([0.0, 1.0, -1.0, 2.75, -2.75, 100.5, 0.25, 127.0, -0.0, 3.5, 0.5, -0.5])
+
+
+@pytest.mark.parametrize("src", ALL_DTYPES)
+@pytest.mark.parametrize("dst", ALL_DTYPES)
+def test_cast(src, dst):
+  x = CAST_VALUES.to(src)
+  if dst == torch.uint8 and src.is_floating_point: x = x.abs()  # negative float -> uint8 is undefined
+  check_against_eager(lambda t: t.to(dst), x)
+
+
+def test_cast_special_float():
+  x = special_values()
+  for dst in (torch.float64, torch.float16, torch.bfloat16, torch.bool):
+    check_against_eager(lambda t: t.to(dst), x)
+  check_against_eager(lambda t: t.to(torch.float32), special_values(torch.float64))
+  check_against_eager(lambda t: (t * 1e10).to(torch.float16), make((8,)))   # overflows to inf
+  check_against_eager(lambda t: t.to(torch.int64) + 1, make((3, 4), torch.int32))  # widening keeps sign
+  check_against_eager(lambda t: t.to(torch.int64), torch.tensor([0, 200, 255], dtype=torch.uint8))  # no sign extension
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16])
+def test_clamp(dtype):
+  x = make((5, 6), dtype, -5, 5)
+  check_against_eager(lambda t: torch.clamp(t, min=-1), x, **tol(dtype))
+  check_against_eager(lambda t: torch.clamp(t, max=2), x, **tol(dtype))
+  check_against_eager(lambda t: torch.clamp(t, -2, 3), x, **tol(dtype))
+  check_against_eager(lambda t: t.clamp_min(0.5), x, **tol(dtype))   # int -> float promotion
+  check_against_eager(lambda t: t.clamp_max(1), x, **tol(dtype))
+
+
+def test_clamp_tensor_bounds_and_nan():
+  x, lo, hi = make((5, 6)), make((5, 6), low=-3, high=0), make((6,), low=0, high=3)
+  check_against_eager(lambda t, a, b: torch.clamp(t, a, b), x, lo, hi)
+  check_against_eager(lambda t, a: torch.clamp(t, min=a), x, lo)
+  check_against_eager(lambda t, b: torch.clamp(t, max=b), x, hi)
+  check_against_eager(lambda t: torch.clamp(t, -1.0, 1.0), special_values())  # NaN passes through
+
+
+def test_pow():
+  x = make((4, 5), low=0.1, high=3)
+  check_against_eager(lambda t: t ** 2, x)
+  check_against_eager(lambda t: t ** 3, make((4, 5)))
+  check_against_eager(lambda t: t ** 0.5, x)
+  check_against_eager(lambda t: t ** -1.5, x)
+  check_against_eager(lambda t: t ** 0, make((4, 5)))
+  check_against_eager(lambda t, e: t ** e, x, make((4, 5), low=-2, high=2))
+  check_against_eager(lambda t, e: t ** e, make((4, 5)), torch.tensor([0.0, 1.0, 2.0, 3.0, -1.0]))  # negative base, int exponent
+  check_against_eager(lambda e: 2.0 ** e, make((4, 5)))
+  check_against_eager(lambda t: torch.pow(t, 2.5), special_values())
+
+
+def test_pow_int():
+  x = make((4, 5), torch.int64, -4, 5)
+  check_against_eager(lambda t: t ** 3, x)
+  check_against_eager(lambda t: t ** 0, x)
+  check_against_eager(lambda t: t ** 2, make((4, 5), torch.int32))
+  check_against_eager(lambda t: torch.pow(t, 7), make((4, 5), torch.int64, -3, 4))
+  check_against_eager(lambda t: t ** 2.0, x)             # int tensor ** float scalar -> float32
+  check_against_eager(lambda t: 3 ** t, make((4, 5), torch.int64, 0, 6))
+  check_against_eager(lambda t, e: t ** e, x, make((4, 5), torch.int64, 0, 5))
+
+
+UNARY_FNS = {
+  "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos,
+  "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf, "abs": torch.abs, "neg": torch.neg,
+  "sign": torch.sign, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
+  "relu": torch.relu, "reciprocal": torch.reciprocal, "exp2": torch.exp2, "log2": torch.log2, "expm1": torch.expm1,
+  "log1p": torch.log1p, "sinh": torch.sinh, "atan": torch.atan, "frac": torch.frac, "square": torch.square,
+}
+
+
+@pytest.mark.parametrize("name", list(UNARY_FNS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_unary_float(name, dtype):
+  fn = UNARY_FNS[name]
+  positive = name in ("log", "sqrt", "rsqrt", "log2")
+  x = make((7, 9), dtype, 0.05 if positive else -4, 4)
+  check_against_eager(fn, x, **tol(dtype))
+
+
+@pytest.mark.parametrize("name", list(UNARY_FNS))
+def test_unary_special_values(name):
+  check_against_eager(UNARY_FNS[name], special_values())
+
+
+@pytest.mark.parametrize("name", ["exp", "sqrt", "sin", "sigmoid", "abs", "neg", "sign", "floor", "round", "relu",
+                                  "reciprocal", "tanh", "square", "erf"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.bool])
+def test_unary_int(name, dtype):
+  if dtype == torch.bool and name in ("neg", "relu", "square", "abs", "floor", "round"): pytest.skip("an error in eager")
+  if dtype == torch.uint8 and name == "neg": pytest.skip("wraps around in eager, not a useful check")
+  x = make((4, 6), dtype, 0 if dtype == torch.uint8 else -5, 6)
+  check_against_eager(UNARY_FNS[name], x)
+
+
+def test_round_half_even_and_decimals():
+  x = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 1e20, -3.5])
+  check_against_eager(torch.round, x)
+  check_against_eager(lambda t: torch.round(t, decimals=2), make((4, 5)))
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum", "fmax", "fmin"])
+def test_maximum_minimum_nan(op):
+  fn = getattr(torch, op)
+  a = torch.tensor([1.0, nan, 3.0, nan, -inf, 0.0, -0.0, 2.0])
+  b = torch.tensor([2.0, 1.0, nan, nan, 5.0, -0.0, 0.0, inf])
+  check_against_eager(fn, a, b)
+  check_against_eager(fn, make((3, 4)), make((4,)))
+  check_against_eager(fn, make((3, 4), torch.int32), make((3, 4), torch.int64))
+  check_against_eager(fn, make((3, 4), torch.float16), make((3, 4), torch.float32))
+
+
+def test_relu_nan():
+  check_against_eager(torch.relu, special_values())
+  check_against_eager(F.relu6, special_values())
+  check_against_eager(lambda x: F.leaky_relu(x, 0.1), special_values())
+
+
+@pytest.mark.parametrize("shapes", [((4, 5), (5,)), ((3, 1, 5), (4, 1)), ((1,), (2, 3, 4)), ((2, 1, 3, 1), (1, 4, 1, 5)),
+                                    ((), (3, 4)), ((3, 4), ())])
+def test_broadcast(shapes):
+  a, b = make(shapes[0]), make(shapes[1])
+  check_against_eager(lambda x, y: x * y + x - y / 2, a, b)
+
+
+def test_zero_dim():
+  a, b = torch.tensor(2.5), torch.tensor(-1.5)
+  check_against_eager(lambda x, y: x * y + torch.exp(x), a, b)
+  check_against_eager(lambda x, y: x + y, torch.tensor(3), torch.tensor(4))
+  check_against_eager(lambda x, y: x * y, make((3, 4), torch.int32), torch.tensor(2.5))   # 0-dim float promotes int
+  check_against_eager(lambda x, y: x + y, make((3, 4), torch.float16), torch.tensor(2.5, dtype=torch.float64), **tol(torch.float16))
+  check_against_eager(lambda x, y: x + y, make((3, 4), torch.int32), torch.tensor(7))    # 0-dim int64 does not widen
+  check_against_eager(lambda x: x.sum() * 2 - 1, a)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.bool])
+def test_python_scalars_with_int_tensors(dtype):
+  x = make((3, 4), dtype, 0, 5)
+  check_against_eager(lambda t: t * 2.5, x)          # -> float32
+  check_against_eager(lambda t: t + 1.0, x)
+  check_against_eager(lambda t: t / 2, x)             # true division -> float32
+  check_against_eager(lambda t: t * 3, x)             # stays the tensor's dtype (bool -> int64)
+  check_against_eager(lambda t: t + True, x)
+  if dtype != torch.bool: check_against_eager(lambda t: 7 - t, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_python_scalars_with_float_tensors(dtype):
+  x = make((3, 4), dtype)
+  check_against_eager(lambda t: t * 2.5 + 1, x, **tol(dtype))
+  check_against_eager(lambda t: t * 1e-3 + 3, x, **tol(dtype))
+
+
+def test_mixed_tensor_promotion():
+  check_against_eager(lambda a, b: a + b, make((3, 4), torch.int32), make((3, 4), torch.float16))
+  check_against_eager(lambda a, b: a * b, make((3, 4), torch.uint8), make((3, 4), torch.int32))
+  check_against_eager(lambda a, b: a + b, make((3, 4), torch.float16), make((3, 4), torch.bfloat16), **tol(torch.bfloat16))
+  check_against_eager(lambda a, b: a - b, make((3, 4), torch.float32), make((3, 4), torch.float64))
+  check_against_eager(lambda a, b: a + b, make((3, 4), torch.bool), make((3, 4), torch.uint8))
+
+
+def test_nan_inf_arithmetic():
+  x, y = special_values(), special_values().flip(0)
+  check_against_eager(lambda a, b: (a + b, a - b, a * b, a / b), x, y)
+  check_against_eager(lambda a: (a * 0, a - a, torch.exp(a), torch.log(a), torch.sqrt(a)), x)
+  check_against_eager(lambda a: (torch.isnan(a), torch.isinf(a), torch.isfinite(a), torch.nan_to_num(a)), x)
+
+
+def test_sign_signbit_copysign():
+  x = special_values()
+  check_against_eager(torch.sign, x)
+  check_against_eager(torch.sgn, x)
+  check_against_eager(torch.signbit, x)
+  check_against_eager(torch.copysign, x, x.flip(0))
+  check_against_eager(torch.sign, make((3, 4), torch.int64))
+
+
+def test_lerp_addcmul_misc():
+  a, b, c = make((3, 4)), make((3, 4)), make((3, 4))
+  check_against_eager(lambda x, y: torch.lerp(x, y, 0.3), a, b)
+  check_against_eager(lambda x, y, z: torch.addcmul(x, y, z, value=0.5), a, b, c)
+  check_against_eager(lambda x, y, z: torch.addcdiv(x, y, z.abs() + 1, value=-2), a, b, c)
+  check_against_eager(lambda x: F.silu(x) + F.softplus(x) + F.hardtanh(x) + F.elu(x) + F.hardswish(x), a)
+  check_against_eager(lambda x: torch.atan2(x, c), a)
+  check_against_eager(lambda x: torch.hypot(x, c), a)
+
+
+def test_int_overflow_wraps():
+  # int64 products wrap as in eager; value-range reasoning must not assume they cannot
+  x = torch.tensor([3037000500, -3037000500, 5, 1 << 62, -(1 << 62)])
+  check_against_eager(lambda t: (t * t, t * t < 0, (t * 4) // 4), x)
+  check_against_eager(lambda t: (t * t, t + 2147483647), torch.tensor([65536, -65536, 3], dtype=torch.int32))
+  check_against_eager(lambda t: t * 200, torch.tensor([1, 2, 3], dtype=torch.uint8))
+  # an index-derived value whose exact range lies past the dtype's: it wraps, so the compare is not constant
+  check_against_eager(lambda t: (torch.arange(100, dtype=torch.uint8) + 200 < 100) & t, torch.ones(100, dtype=torch.bool))
