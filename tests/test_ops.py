@@ -367,3 +367,145 @@ def test_int_overflow_wraps():
   check_against_eager(lambda t: t * 200, torch.tensor([1, 2, 3], dtype=torch.uint8))
   # an index-derived value whose exact range lies past the dtype's: it wraps, so the compare is not constant
   check_against_eager(lambda t: (torch.arange(100, dtype=torch.uint8) + 200 < 100) & t, torch.ones(100, dtype=torch.bool))
+
+
+# ============================================================================ reductions
+
+REDUCE_DIMS = [None, 0, 1, -1, (0, 2), (1, 2), (0, 1, 2)]
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin", "prod"])
+@pytest.mark.parametrize("dims", REDUCE_DIMS)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_reduce(op, dims, keepdim):
+  x = make((3, 4, 5), low=0.5, high=1.5) if op == "prod" else make((3, 4, 5))
+  fn = getattr(torch, op)
+  if dims is None:
+    if op in ("amax", "amin"): check_against_eager(lambda t: fn(t, dim=(), keepdim=keepdim), x)
+    elif keepdim: pytest.skip("no keepdim without dims")
+    else: check_against_eager(fn, x)
+  elif op == "prod" and not isinstance(dims, int): pytest.skip("prod takes one dim")
+  else: check_against_eager(lambda t: fn(t, dims, keepdim=keepdim), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.bool, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("op", ["sum", "prod", "amax", "amin", "mean"])
+def test_reduce_dtypes(op, dtype):
+  if op == "mean" and not dtype.is_floating_point: pytest.skip("mean of integers is an error in eager")
+  x = make((6, 33), dtype, 0 if dtype == torch.uint8 else -3, 4)
+  if op == "prod": x = make((6, 5), dtype, 1, 3) if not dtype.is_floating_point else make((6, 5), dtype, 0.6, 1.4)
+  fn = getattr(torch, op)
+  t = tol(dtype) if dtype not in (torch.float16, torch.bfloat16) else dict(rtol=2e-2, atol=5e-2)
+  check_against_eager(lambda v: (fn(v, 1), fn(v, 0, keepdim=True)), x, **t)
+  if op in ("sum", "prod", "mean"): check_against_eager(fn, x, **t)   # full reduction; int/bool sum -> int64
+
+
+def test_sum_dtype_arg_and_bool():
+  x = make((5, 7), torch.bool)
+  check_against_eager(lambda t: (t.sum(), t.sum(1), t.sum(0, keepdim=True)), x)
+  check_against_eager(lambda t: t.sum(1, dtype=torch.float64), make((5, 7)))
+  check_against_eager(lambda t: t.sum(dtype=torch.int32), make((5, 7), torch.int64))
+  check_against_eager(lambda t: t.float().mean(), make((5, 7), torch.int64))
+
+
+def test_reduce_nan_inf():
+  x = torch.tensor([[1.0, nan, 3.0], [inf, 2.0, -inf], [-1.0, -2.0, 0.5], [inf, inf, 1.0]])
+  check_against_eager(lambda t: (t.sum(1), t.amax(1), t.amin(0), t.mean(0), t.prod(1)), x)
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+@pytest.mark.parametrize("dims", [None, 1, (0, 2)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_var_std(correction, dims, keepdim):
+  x = make((4, 5, 6)) * 3 + 10
+  check_against_eager(lambda t: torch.var(t, dims, correction=correction, keepdim=keepdim), x)
+  check_against_eager(lambda t: torch.std(t, dims, correction=correction, keepdim=keepdim), x)
+
+
+def test_var_mean_and_half():
+  x = make((4, 16))
+  check_against_eager(lambda t: torch.var_mean(t, 1, correction=0), x)
+  check_against_eager(lambda t: torch.var(t, 1), x.to(torch.float16), rtol=1e-2, atol=1e-2)
+  check_against_eager(lambda t: torch.var(t, 1, correction=1), make((3, 1)))  # one element: NaN
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("dim", [None, 0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_argmax_argmin(op, dim, keepdim):
+  fn = getattr(torch, op)
+  x = make((5, 6, 7), torch.int64, 0, 3).float()   # many ties: the first index wins
+  check_against_eager(lambda t: fn(t, dim, keepdim=keepdim), x)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_argmax_nan_and_dtypes(op):
+  fn = getattr(torch, op)
+  x = torch.tensor([[1.0, nan, 3.0, nan], [2.0, 2.0, 1.0, 1.0], [-inf, inf, inf, -inf], [0.0, -0.0, 0.0, -1.0]])
+  check_against_eager(lambda t: (fn(t, 1), fn(t, 0), fn(t)), x)
+  check_against_eager(lambda t: (fn(t, 1), fn(t)), make((4, 9), torch.int32, 0, 3))
+  check_against_eager(lambda t: fn(t, 1), make((4, 9), torch.uint8, 0, 3))
+  check_against_eager(lambda t: fn(t, 1), make((4, 9), torch.float16))
+  check_against_eager(lambda t: fn(t), torch.tensor(3.0))
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_min_dim(op, dim, keepdim):
+  fn = getattr(torch, op)
+  x = make((4, 5, 6), torch.int64, 0, 4).float()
+  x[1, 2, 3] = nan
+  check_against_eager(lambda t: tuple(fn(t, dim, keepdim=keepdim)), x)
+
+
+def test_max_min_full_and_binary():
+  x = make((4, 5))
+  check_against_eager(lambda t: (t.max(), t.min()), x)
+  check_against_eager(lambda t: (t.max(), t.min()), special_values())
+  check_against_eager(lambda t: tuple(t.max(1)) + tuple(t.min(0)), make((4, 5), torch.int32))
+  check_against_eager(lambda a, b: torch.max(a, b), x, make((5,)))
+
+
+@pytest.mark.parametrize("op", ["any", "all"])
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.int64, torch.uint8])
+def test_any_all(op, dtype):
+  fn = getattr(torch, op)
+  x = make((4, 6, 3), dtype, 0, 2)
+  x2 = torch.ones((4, 6, 3), dtype=dtype)
+  check_against_eager(lambda t: (fn(t), fn(t, 1), fn(t, -1, keepdim=True), fn(t, (0, 2))), x)
+  check_against_eager(lambda t: (fn(t), fn(t, 0)), x2)
+  if dtype.is_floating_point: check_against_eager(lambda t: (fn(t), fn(t, 0)), special_values())
+
+
+def test_reduce_non_contiguous_and_large():
+  x = make((16, 12)).t()
+  check_against_eager(lambda t: (t.sum(0), t.sum(1), t.amax(1), t.argmax(0)), x)
+  check_against_eager(lambda t: t.sum(), make((1000, 37)), rtol=1e-4, atol=1e-4)
+  check_against_eager(lambda t: t[:, ::2].mean(1), make((9, 10)))
+
+
+def test_reduce_zero_dim_and_size_one():
+  check_against_eager(lambda t: (t.sum(), t.amax(), t.mean(), t.argmax()), torch.tensor(2.5))
+  check_against_eager(lambda t: (t.sum(1), t.amax(1, keepdim=True), t.argmax(1)), make((5, 1)))
+
+
+def test_reduce_fused_with_elementwise():
+  x, y = make((6, 7)), make((6, 7))
+  check_against_eager(lambda a, b: ((a * b).sum(1) + 1).exp(), x, y)
+  check_against_eager(lambda a: a - a.mean(1, keepdim=True), x)
+  check_against_eager(lambda a: (a / a.sum(0), a.amax(1) - a.amin(1)), x.abs() + 1)
+
+
+def test_cumsum_logsumexp_norm():
+  x = make((4, 6))
+  check_against_eager(lambda t: torch.logsumexp(t, 1), x)
+  check_against_eager(lambda t: (torch.linalg.vector_norm(t, dim=1), t.norm(), F.normalize(t, dim=1)), x)
+  check_against_eager(lambda t: torch.cumsum(t, 1), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool, torch.float16])
+def test_cumsum_cumprod(dtype):
+  x = make((3, 5, 4), dtype, 0 if dtype == torch.bool else -2, 3)
+  check_against_eager(lambda t: (torch.cumsum(t, 1), torch.cumsum(t, -1), torch.cumsum(t, 0)), x, **tol(dtype))
+  check_against_eager(lambda t: torch.cumprod(t, 1), x, **tol(dtype))

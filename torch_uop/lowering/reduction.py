@@ -112,3 +112,36 @@ def var(ctx, x, dims=None, correction=None, keepdim=False):
 def any_all(ctx, x, dims=None, keepdim=False):
   is_any = ctx.node.target.overloadpacket is aten.any
   return x.cast(dtypes.bool).reduce(Ops.MAX if is_any else Ops.MIN, _axes(x, dims), keepdim).cast(ctx.dtype)
+
+
+@register(aten.linalg_vector_norm.default)
+def vector_norm(ctx, x, ord=2, dim=None, keepdim=False, dtype=None):
+  """||x||_ord over dims, accumulated in float32 for half types."""
+  axes = _axes(x, dim)
+  acc = compute_dtype(ctx.dtype)
+  a = x.cast(acc).math("abs")
+  if ord == float("inf"): out = a.reduce(Ops.MAX, axes, keepdim)
+  elif ord == float("-inf"): out = a.reduce(Ops.MIN, axes, keepdim)
+  elif ord == 0: out = a.ne(0).cast(acc).reduce(Ops.ADD, axes, keepdim)
+  elif ord == 1: out = a.reduce(Ops.ADD, axes, keepdim)
+  elif ord == 2: out = (a * a).reduce(Ops.ADD, axes, keepdim).sqrt()
+  else: out = a.math("pow", a.const_like(float(ord))).reduce(Ops.ADD, axes, keepdim).math("pow", float(1.0 / ord))
+  return out.cast(ctx.dtype)
+
+
+@register(aten.cumsum.default, aten.cumprod.default)
+def cumulative(ctx, x, dim, dtype=None):
+  """out[.., i, ..] = op over j <= i of x[.., j, ..]: a masked reduction over a new trailing axis."""
+  is_sum = ctx.node.target is aten.cumsum.default
+  if x.ndim == 0: return x.cast(ctx.dtype)
+  dim %= x.ndim
+  n = x.shape[dim]
+  acc = compute_dtype(ctx.dtype)
+  moved = x.cast(acc).transpose(dim, x.ndim - 1)                  # [.., n(j)] with dim last
+  lead = moved.shape[:-1]
+  src = moved.reshape((*lead, 1, n)).expand((*lead, n, n))         # [.., i, j]
+  i = LT.iota(n).reshape((n, 1)).expand((n, n))
+  j = LT.iota(n).reshape((1, n)).expand((n, n))
+  keep = (j <= i).broadcast_to(src.shape)
+  out = keep.where(src, src.const_like(0 if is_sum else 1)).reduce(Ops.ADD if is_sum else Ops.MUL, (x.ndim,), False)
+  return out.transpose(dim, x.ndim - 1).cast(ctx.dtype)
