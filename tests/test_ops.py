@@ -509,3 +509,150 @@ def test_cumsum_cumprod(dtype):
   x = make((3, 5, 4), dtype, 0 if dtype == torch.bool else -2, 3)
   check_against_eager(lambda t: (torch.cumsum(t, 1), torch.cumsum(t, -1), torch.cumsum(t, 0)), x, **tol(dtype))
   check_against_eager(lambda t: torch.cumprod(t, 1), x, **tol(dtype))
+
+
+# ============================================================================ movement
+
+def test_view_reshape():
+  x = make((2, 3, 4))
+  check_against_eager(lambda t: (t.view(6, 4) * 2, t.reshape(-1), t.reshape(4, 3, 2) + 1, t.view(2, 12).t()), x)
+  check_against_eager(lambda t: t.t().reshape(12, 2) * 1, make((2, 12)))        # reshape of a transpose copies
+  check_against_eager(lambda t: t.reshape(()) + 1, torch.tensor([3.0]))
+  check_against_eager(lambda t: t.flatten(1) + t.unflatten(2, (2, 2)).flatten(1), x)
+
+
+@pytest.mark.parametrize("order", [(1, 0, 2), (2, 0, 1), (2, 1, 0), (0, 2, 1)])
+def test_permute(order):
+  check_against_eager(lambda t: t.permute(order) * 1.5, make((2, 3, 4)))
+
+
+def test_transpose_expand():
+  x = make((3, 1, 4))
+  check_against_eager(lambda t: (t.transpose(0, 2) + 1, t.transpose(-1, -3).contiguous(), t.mT + 0, t.T + 0), x)
+  check_against_eager(lambda t: (t.expand(3, 5, 4) * 2, t.expand(2, 3, 6, 4) + 0), x)
+  check_against_eager(lambda t: t.expand_as(torch.empty(3, 2, 4)) - 1, x)
+  check_against_eager(lambda t: torch.broadcast_to(t, (2, 4, 3)) + 0, make((4, 1)))
+
+
+@pytest.mark.parametrize("index", [
+  (slice(1, None),), (slice(None, None, 2),), (slice(1, -1, 3),), (slice(-3, None),), (Ellipsis, slice(None, -2)),
+  (slice(None), slice(2, 9, 2)), (1,), (-1, slice(1, 4)), (slice(None), -2), (Ellipsis, 0), (None, 2, None),
+  (slice(None), None, slice(1, 3)), (slice(5, 100),), (slice(-100, 2),), (slice(3, 3),),
+])
+def test_slicing(index):
+  check_against_eager(lambda t: t[index] * 2, make((6, 10, 3)))
+
+
+def test_select_narrow_unbind():
+  x = make((4, 5, 6))
+  check_against_eager(lambda t: (t.select(1, 2) + 0, t.select(-1, -1) + 0, t[2, 3] + 0, t[-1, -1, -1] + 0), x)
+  check_against_eager(lambda t: (t.narrow(2, 1, 3) + 0, t.narrow(0, 2, 2) + 0), x)
+  check_against_eager(lambda t: tuple(u * 1 for u in t.unbind(1)), x)
+  check_against_eager(lambda t: tuple(u * 1 for u in torch.unbind(t, -1)), x)
+
+
+def test_squeeze_unsqueeze():
+  x = make((3, 1, 4, 1))
+  check_against_eager(lambda t: (t.squeeze() + 0, t.squeeze(1) + 0, t.squeeze(-1) + 0, t.squeeze((1, 3)) + 0,
+                                 t.squeeze(0) + 0), x)
+  check_against_eager(lambda t: (t.unsqueeze(0) + 0, t.unsqueeze(-1) + 0, t.unsqueeze(2) + 0, t[None, :, None] + 0), make((3, 4)))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cat(dim):
+  a, b, c = make((2, 3, 4)), make((2, 3, 4)), make((2, 3, 4))
+  check_against_eager(lambda x, y, z: torch.cat([x, y, z], dim), a, b, c)
+  check_against_eager(lambda x, y: torch.cat([x * 2, y.exp(), x], dim) + 1, a, b)
+
+
+def test_cat_mixed():
+  a, b = make((2, 3)), make((4, 3))
+  check_against_eager(lambda x, y: torch.cat([x, y]), a, b)                              # different sizes
+  check_against_eager(lambda x, y: torch.cat([x, y], 1), make((3, 1)), make((3, 5)))
+  check_against_eager(lambda x, y: torch.cat([x, y]), make((2, 3), torch.int32), make((1, 3)))  # promotion
+  check_against_eager(lambda x, y: torch.cat([x, y], 1), make((3, 2), torch.bool), make((3, 2), torch.bool))
+  check_against_eager(lambda x, y: torch.cat([x.t(), y], 0), make((3, 2)), make((4, 3)))      # non-contiguous
+  check_against_eager(lambda x: torch.cat([x]) + 0, a)
+  check_against_eager(lambda x, y: (torch.stack([x, y]), torch.stack([x, y], -1), torch.hstack([x, y])), a, make((2, 3)))
+
+
+@pytest.mark.parametrize("pad,value", [((1, 2), 0.0), ((1, 1, 2, 0), 0.0), ((2, 1, 1, 3), -1.5), ((-1, 2), 0.0),
+                                       ((-1, -2, 1, -1), 3.0), ((0, 0, 0, 0, 1, 1), 7.0), ((1, -2), 2.0)])
+def test_constant_pad(pad, value):
+  check_against_eager(lambda t: F.pad(t, pad, value=value) * 2, make((2, 4, 5)))
+
+
+def test_constant_pad_dtypes():
+  check_against_eager(lambda t: F.pad(t, (1, 2), value=5), make((3, 4), torch.int64))
+  check_against_eager(lambda t: F.pad(t, (2, 1, 1, 0)), make((3, 4), torch.float16))
+  check_against_eager(lambda t: F.pad(t, (1, 1), value=True), make((3, 4), torch.bool))
+  check_against_eager(lambda t: F.pad(t, (1, 1), value=nan), make((3, 4)))
+
+
+def test_reflect_replicate_pad():
+  x = make((1, 2, 5, 6))
+  check_against_eager(lambda t: F.pad(t, (2, 1, 1, 2), mode="reflect"), x)
+  check_against_eager(lambda t: F.pad(t, (2, 1, 1, 2), mode="replicate"), x)
+  check_against_eager(lambda t: F.pad(t, (2, 1, 1, 2), mode="circular"), x)
+
+
+@pytest.mark.parametrize("dims", [(0,), (1,), (-1,), (0, 2), (0, 1, 2)])
+def test_flip(dims):
+  check_against_eager(lambda t: t.flip(dims) + 0, make((3, 4, 5)))
+
+
+def test_flip_roll_rot():
+  x = make((4, 5))
+  check_against_eager(lambda t: (torch.fliplr(t) + 0, torch.flipud(t) + 0, t.t().flip(0) * 1), x)
+  check_against_eager(lambda t: (torch.roll(t, 2, 1), torch.roll(t, (-1, 3), (0, 1)), torch.rot90(t)), x)
+
+
+def test_split_chunk():
+  x = make((7, 6))
+  check_against_eager(lambda t: tuple(u * 1 for u in t.split(3)), x)
+  check_against_eager(lambda t: tuple(u * 1 for u in t.split([1, 2, 3], dim=1)), x)
+  check_against_eager(lambda t: tuple(u * 1 for u in t.chunk(3, 1)), x)
+  check_against_eager(lambda t: tuple(u * 1 for u in t.chunk(4, 0)), x)
+  check_against_eager(lambda t: tuple(u * 1 for u in torch.tensor_split(t, 3, 1)), x)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "stepped", "expanded", "permuted", "offset"])
+def test_non_contiguous_inputs(layout):
+  base = make((6, 8, 5))
+  x = {"transposed": base.transpose(0, 2), "sliced": base[1:5, 2:7], "stepped": base[::2, ::3, 1::2],
+       "expanded": make((1, 8, 1)).expand(6, 8, 5), "permuted": base.permute(2, 0, 1),
+       "offset": base[3]}[layout]
+  assert not x.is_contiguous() or layout == "offset"
+  check_against_eager(lambda t: (t * 2 + 1, t.sum(-1), t.reshape(-1)[:7] + 0, t.exp().amax(0)), x)
+  check_against_eager(lambda a, b: a * b, x, x.clone())
+
+
+def test_non_contiguous_input_identity_and_view_outputs():
+  x = make((4, 6)).t()
+  check_against_eager(lambda t: t.clone(), x)
+  check_against_eager(lambda t: t.contiguous(), x)
+  check_against_eager(lambda t: (t + 1)[1:, ::2], x)
+
+
+def test_gather_index_select():
+  x = make((5, 6))
+  idx = torch.randint(0, 6, (5, 3))
+  check_against_eager(lambda t, i: torch.gather(t, 1, i), x, idx)
+  check_against_eager(lambda t, i: torch.index_select(t, 0, i), x, torch.tensor([4, 0, 2, 2]))
+  check_against_eager(lambda t, i: t[i], x, torch.tensor([-1, 0, 3]))
+  check_against_eager(lambda t, m: torch.masked_fill(t, m, -1.0), x, make((5, 6), torch.bool))
+  check_against_eager(lambda t: torch.tril(t) + torch.triu(t, 1) * 2, x)
+
+
+@pytest.mark.parametrize("case", ["one", "two_adjacent", "split", "broadcast", "negative", "middle", "int32", "scalar_index"])
+def test_advanced_indexing(case):
+  x = make((4, 5, 6))
+  i = {"one": lambda t: t[torch.tensor([3, 0, 1])],
+       "two_adjacent": lambda t: t[:, torch.tensor([4, 0]), torch.tensor([1, 5])],
+       "split": lambda t: t[torch.tensor([[0, 1], [2, 3]]), :, torch.tensor([5, 0])],    # index dims lead
+       "broadcast": lambda t: t[torch.tensor([[0], [3]]), torch.tensor([1, 2, 4])],
+       "negative": lambda t: t[..., torch.tensor([-1, -6, 2])],
+       "middle": lambda t: t[1:3, torch.tensor([0, 0, 4])],
+       "int32": lambda t: t[torch.tensor([2, 1], dtype=torch.int32)],
+       "scalar_index": lambda t: t[torch.tensor(2), :, torch.tensor([1, 3])]}[case]
+  check_against_eager(i, x)

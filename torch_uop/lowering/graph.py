@@ -171,13 +171,13 @@ def _constant_node(gm, node, buffer_slots, slot):
   if t.device.type != "cpu": raise WholeGraphFallback(f"constant {node.target} is on {t.device}")
   dt = from_torch(t.dtype)
   shape = tuple(t.shape)
-  if t.numel() == 1:
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    with unset_fake_temporarily(): value = t.item()  # backends compile under a fake mode
-    return LT.full(shape, value, dt), slot
-  op = FallbackOp(_Constant(t.detach().contiguous()), (), {}, 1, "constant")
+  from torch._subclasses.fake_tensor import unset_fake_temporarily
+  with unset_fake_temporarily():  # backends compile under a fake mode; this is a real tensor
+    if t.numel() == 1: return LT.full(shape, t.item(), dt), slot
+    t = t.detach().contiguous()
+  op = FallbackOp(_Constant(t), (), {}, 1, "constant")
   fb = UOp(Ops.FALLBACK, dt, (), op)
-  buf = UOp(Ops.BUFFER, dt, (fb,), (slot, max(math.prod(shape), 1)))
+  buf = UOp(Ops.BUFFER, dt, (fb,), (slot, max(math.prod(shape), 1), 0))
   buffer_slots[buf] = slot
   return LT(UOp(Ops.VIEW, dt, (buf,), ShapeTracker.from_shape(shape))), slot + 1
 

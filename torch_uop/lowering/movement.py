@@ -147,3 +147,47 @@ def as_strided(ctx, x, size, stride, storage_offset=None):
 @register(aten.copy.default)
 def copy(ctx, x, src, non_blocking=False):
   return src.cast(ctx.dtype).broadcast_to(ctx.shape)
+
+
+@register(aten.index_select.default)
+def index_select(ctx, x, dim, index):
+  if x.ndim == 0: return x.reshape(()) if index.numel() == 1 else x.broadcast_to(ctx.shape)
+  dim %= x.ndim
+  shape = ctx.shape
+  idx = index.reshape(tuple(-1 if d == dim else 1 for d in range(x.ndim))).broadcast_to(shape)
+  return x.gather_nd(tuple(("idx", 0) if d == dim else d for d in range(x.ndim)), [idx])
+
+
+@register(aten.gather.default)
+def gather(ctx, x, dim, index, sparse_grad=False):
+  if x.ndim == 0: return x.broadcast_to(ctx.shape)
+  return x.gather(dim, index)
+
+
+@register(aten.index.Tensor)
+def index(ctx, x, indices):
+  """Advanced indexing x[i0, i1, ...] with integer index tensors (None: the whole dim). The broadcast
+  index dims replace the indexed dims in place when those are adjacent, else they lead."""
+  indices = list(indices) + [None] * (x.ndim - len(indices))
+  pos = [d for d, i in enumerate(indices) if i is not None]
+  if not pos: return x
+  if any(indices[d].dtype.is_bool for d in pos): raise Unsupported("boolean mask indexing (data-dependent shape)")
+  from torch_uop.lowering.tensor import broadcast_shapes
+  bshape = broadcast_shapes(*[indices[d].shape for d in pos])
+  adjacent = pos == list(range(pos[0], pos[-1] + 1))
+  rest = [d for d in range(x.ndim) if indices[d] is None]
+  if adjacent:
+    before, after = [d for d in rest if d < pos[0]], [d for d in rest if d > pos[-1]]
+  else:
+    before, after = [], rest
+  out_shape = tuple(x.shape[d] for d in before) + bshape + tuple(x.shape[d] for d in after)
+  nb = len(bshape)
+  lead = len(before)
+  sources, idx_lts = [None] * x.ndim, []
+  for k, d in enumerate(before): sources[d] = k
+  for k, d in enumerate(after): sources[d] = lead + nb + k
+  for d in pos:
+    i = indices[d].broadcast_to(bshape).reshape((1,) * lead + bshape + (1,) * len(after)).broadcast_to(out_shape)
+    sources[d] = ("idx", len(idx_lts))
+    idx_lts.append(i)
+  return x.gather_nd(tuple(sources), idx_lts)
