@@ -656,3 +656,188 @@ def test_advanced_indexing(case):
        "int32": lambda t: t[torch.tensor([2, 1], dtype=torch.int32)],
        "scalar_index": lambda t: t[torch.tensor(2), :, torch.tensor([1, 3])]}[case]
   check_against_eager(i, x)
+
+
+# ============================================================================ creation
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.float16, torch.int32, torch.float64])
+def test_full_zeros_ones(dtype):
+  x = make((3, 4))
+  check_against_eager(lambda t: (torch.full((2, 3), 7, dtype=dtype), torch.zeros(4, dtype=dtype), torch.ones(2, 1, 3, dtype=dtype)), x)
+  check_against_eager(lambda t: (torch.zeros_like(t, dtype=dtype), torch.ones_like(t, dtype=dtype),
+                                 torch.full_like(t, 3, dtype=dtype), t.new_zeros(2, 2, dtype=dtype)), x)
+
+
+def test_creation_mixed_with_inputs():
+  x = make((3, 4))
+  check_against_eager(lambda t: t + torch.ones(4) * 2 - torch.zeros_like(t), x)
+  check_against_eager(lambda t: (torch.full((3, 4), -1.5) * t, torch.full((), 2.0) + t, t.new_full((4,), 5)), x)
+  check_against_eager(lambda t: torch.ones_like(t, dtype=torch.int64) + t.to(torch.int64), make((3, 4), torch.int32))
+  check_against_eager(lambda t: (torch.empty(3, 4).fill_(2.5), torch.zeros(2, 3).fill_(1) + 1), x)
+  check_against_eager(lambda t: (torch.full((2,), nan), torch.full((2,), -inf), torch.full((2,), True)), x)
+  check_against_eager(lambda t: (torch.ones(0, 3), torch.zeros(2, 0) + 1), x)
+
+
+@pytest.mark.parametrize("args,kwargs", [((5,), {}), ((2, 9), {}), ((1, 10, 3), {}), ((10, 0, -3), {}),
+                                         ((0.0, 1.0, 0.1), {}), ((-1.5, 2.5, 0.5), {}), ((5,), {"dtype": torch.float32}),
+                                         ((3, 11, 2), {"dtype": torch.float64}), ((0, 1, 0.25), {"dtype": torch.float16}),
+                                         ((2.0, -3.0, -0.7), {}), ((0, 20, 3), {"dtype": torch.int32}), ((7,), {"dtype": torch.uint8})])
+def test_arange(args, kwargs):
+  check_against_eager(lambda t: (torch.arange(*args, **kwargs), t), make((2,)))
+
+
+def test_arange_used_in_math():
+  x = make((4, 6))
+  check_against_eager(lambda t: t * torch.arange(6) + torch.arange(4).unsqueeze(1), x)
+  check_against_eager(lambda t: torch.where(torch.arange(6) % 2 == 0, t, -t), x)
+  check_against_eager(lambda t: torch.linspace(-1, 1, 6) * t, x)
+
+
+def test_tensor_scalars_and_scalar_tensor():
+  x = make((3, 4))
+  check_against_eager(lambda t: t * torch.tensor(2.5) + torch.tensor(1), x)
+  check_against_eager(lambda t: t + torch.tensor(3), make((3, 4), torch.int32))              # 0-dim int64 does not widen
+  check_against_eager(lambda t: t * torch.tensor(2.0, dtype=torch.float64), x)              # 0-dim float64 does not widen
+  check_against_eager(lambda t: (torch.scalar_tensor(3.5), torch.scalar_tensor(2, dtype=torch.int64) * t.sum()), x)
+  check_against_eager(lambda t: torch.tensor(True) & (t > 0), x)
+  check_against_eager(lambda t: t + torch.tensor([1.0, 2.0, 3.0, 4.0]), x)                   # a constant tensor
+  check_against_eager(lambda t: t[torch.tensor([0, 2])] * torch.tensor([[1], [2]], dtype=torch.int32), x)
+
+
+def test_constant_outputs_are_fresh():
+  fn = torch.compile(lambda t: (torch.tensor([1.0, 2.0, 3.0]), torch.zeros(3), t + 1), backend="uop")
+  a, b, _ = fn(make((3,)))
+  a.add_(10); b.add_(10)
+  a2, b2, _ = fn(make((3,)))
+  torch.testing.assert_close(a2, torch.tensor([1.0, 2.0, 3.0]))
+  torch.testing.assert_close(b2, torch.zeros(3))
+
+
+def test_eye_tril_mask():
+  check_against_eager(lambda t: (torch.eye(4) * t, torch.ones(4, 4).tril().bool() & (t > 0)), make((4, 4)))
+
+
+# ============================================================================ matmul and convolution
+
+MM_TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_mm_bmm(dtype):
+  t = MM_TOL if dtype in (torch.float32, torch.float64) else dict(rtol=2e-2, atol=2e-2)
+  check_against_eager(torch.mm, make((5, 7), dtype), make((7, 3), dtype), **t)
+  check_against_eager(torch.bmm, make((2, 5, 7), dtype), make((2, 7, 4), dtype), **t)
+
+
+def test_mm_layouts_and_sizes():
+  a, b = make((6, 8)), make((8, 5))
+  check_against_eager(lambda x, y: x @ y, a.t().contiguous().t(), b.t().contiguous().t(), **MM_TOL)   # column-major inputs
+  check_against_eager(lambda x, y: x.t() @ y.t(), make((8, 6)), make((5, 8)), **MM_TOL)
+  check_against_eager(lambda x, y: x @ y, make((1, 1)), make((1, 1)))
+  check_against_eager(lambda x, y: x @ y, make((33, 65)), make((65, 17)), **MM_TOL)
+  check_against_eager(lambda x, y: x @ y, make((4, 6), torch.int64), make((6, 3), torch.int64))
+  check_against_eager(lambda x, y: (x @ y).relu().sum(0), a, b, **MM_TOL)
+
+
+@pytest.mark.parametrize("shapes", [((3,), (3,)), ((4, 3), (3,)), ((3,), (3, 5)), ((2, 4, 3), (3, 5)), ((4, 3), (2, 3, 5)),
+                                    ((2, 1, 4, 3), (3, 3, 5)), ((5, 1, 2, 3), (4, 3, 2)), ((2, 3, 4), (4,))])
+def test_matmul_broadcast(shapes):
+  check_against_eager(torch.matmul, make(shapes[0]), make(shapes[1]), **MM_TOL)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("in_shape", [(5, 7), (2, 3, 7), (7,)])
+def test_linear(bias, in_shape):
+  w, b = make((4, 7)), make((4,)) if bias else None
+  check_against_eager(lambda x, w, b: F.linear(x, w, b), make(in_shape), w, b, **MM_TOL)
+
+
+def test_addmm_baddbmm():
+  check_against_eager(lambda b, x, y: torch.addmm(b, x, y, beta=0.5, alpha=2.0), make((3,)), make((2, 4)), make((4, 3)), **MM_TOL)
+  check_against_eager(lambda b, x, y: torch.addmm(b, x, y), make((2, 3)), make((2, 4)), make((4, 3)), **MM_TOL)
+  check_against_eager(lambda b, x, y: torch.baddbmm(b, x, y, alpha=0.5), make((2, 3, 3)), make((2, 3, 4)), make((2, 4, 3)), **MM_TOL)
+  check_against_eager(lambda x, y: torch.einsum("bij,bjk->bik", x, y), make((2, 3, 4)), make((2, 4, 5)), **MM_TOL)
+  check_against_eager(lambda x, y: torch.outer(x, y) + torch.dot(x, x), make((4,)), make((5,)), **MM_TOL)
+
+
+CONV2D_CASES = {
+  "basic": dict(x=(2, 3, 8, 8), w=(4, 3, 3, 3), kw={}),
+  "stride": dict(x=(1, 3, 9, 8), w=(4, 3, 3, 3), kw=dict(stride=2)),
+  "stride_hw": dict(x=(1, 2, 9, 8), w=(3, 2, 2, 3), kw=dict(stride=(2, 1))),
+  "padding": dict(x=(2, 3, 7, 7), w=(4, 3, 3, 3), kw=dict(padding=1)),
+  "padding_hw": dict(x=(1, 3, 7, 6), w=(2, 3, 3, 5), kw=dict(padding=(0, 2))),
+  "padding_same": dict(x=(1, 2, 6, 6), w=(3, 2, 3, 3), kw=dict(padding="same")),
+  "dilation": dict(x=(1, 2, 10, 10), w=(3, 2, 3, 3), kw=dict(dilation=2)),
+  "dilation_stride_pad": dict(x=(2, 2, 11, 9), w=(3, 2, 3, 2), kw=dict(dilation=(2, 1), stride=(2, 3), padding=(1, 2))),
+  "groups": dict(x=(2, 4, 6, 6), w=(6, 2, 3, 3), kw=dict(groups=2)),
+  "depthwise": dict(x=(2, 4, 7, 7), w=(4, 1, 3, 3), kw=dict(groups=4, padding=1)),
+  "depthwise_multiplier": dict(x=(1, 3, 6, 6), w=(6, 1, 3, 3), kw=dict(groups=3, stride=2)),
+  "pointwise": dict(x=(2, 5, 4, 4), w=(3, 5, 1, 1), kw={}),
+  "unbatched": dict(x=(3, 6, 6), w=(2, 3, 3, 3), kw=dict(padding=1)),
+}
+
+
+@pytest.mark.parametrize("case", list(CONV2D_CASES))
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d(case, bias):
+  c = CONV2D_CASES[case]
+  w = make(c["w"])
+  b = make((c["w"][0],)) if bias else None
+  check_against_eager(lambda x, w, b: F.conv2d(x, w, b, **c["kw"]), make(c["x"]), w, b, **MM_TOL)
+
+
+def test_conv2d_dtypes_and_layouts():
+  x, w = make((1, 3, 6, 6)), make((4, 3, 3, 3))
+  check_against_eager(lambda x, w: F.conv2d(x, w), x.to(torch.float64), w.to(torch.float64))
+  check_against_eager(lambda x, w: F.conv2d(x, w, padding=1), x.half(), w.half(), rtol=1e-2, atol=1e-2)
+  check_against_eager(lambda x, w: F.conv2d(x, w), x.to(memory_format=torch.channels_last), w, **MM_TOL)
+  check_against_eager(lambda x, w: F.conv2d(x, w), make((1, 6, 8, 3)).permute(0, 3, 1, 2), w, **MM_TOL)
+
+
+@pytest.mark.parametrize("kw", [{}, dict(stride=2), dict(padding=2, dilation=2), dict(groups=2, padding=1), dict(stride=3, padding=1)])
+def test_conv1d(kw):
+  check_against_eager(lambda x, w, b: F.conv1d(x, w, b, **kw), make((2, 4, 13)), make((6, 4 // kw.get("groups", 1), 3)),
+                      make((6,)), **MM_TOL)
+
+
+@pytest.mark.parametrize("kw", [{}, dict(stride=2), dict(stride=2, padding=1, output_padding=1), dict(padding=1),
+                                dict(stride=(2, 1), dilation=2), dict(groups=2, stride=2), dict(stride=3, output_padding=(2, 1))])
+def test_conv_transpose2d(kw):
+  g = kw.get("groups", 1)
+  check_against_eager(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), make((2, 4, 5, 4)), make((4, 6 // g, 3, 3)),
+                      make((6,)), **MM_TOL)
+
+
+def test_conv_transpose1d_and_conv3d():
+  check_against_eager(lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=1), make((2, 3, 7)), make((3, 4, 3)), **MM_TOL)
+  check_against_eager(lambda x, w: F.conv3d(x, w, padding=1), make((1, 2, 4, 5, 5)), make((3, 2, 3, 3, 3)), **MM_TOL)
+
+
+GRAD_TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kw", [{}, dict(stride=2, padding=1), dict(dilation=2), dict(groups=2, padding=1), dict(stride=(2, 3)),
+                                dict(groups=4, padding=1)])
+def test_conv2d_grad(kw):
+  g = kw.get("groups", 1)
+  x = make((2, 4, 8, 7)).requires_grad_()
+  w = make((4, 4 // g, 3, 3)).requires_grad_()
+  b = make((4,)).requires_grad_()
+  check_grads_against_eager(lambda x, w, b: F.conv2d(x, w, b, **kw), x, w, b, **GRAD_TOL)
+
+
+def test_conv2d_grad_no_bias_and_weight_only():
+  w = make((3, 2, 3, 3)).requires_grad_()
+  check_grads_against_eager(lambda x, w: F.conv2d(x, w, padding=1).relu().sum(), make((2, 2, 5, 5)).requires_grad_(), w, **GRAD_TOL)
+  check_grads_against_eager(lambda x, w: F.conv2d(x, w, stride=2), make((1, 2, 7, 7)), w, **GRAD_TOL)
+  check_grads_against_eager(lambda x, w: F.conv1d(x, w, padding=1), make((2, 2, 9)).requires_grad_(),
+                            make((3, 2, 3)).requires_grad_(), **GRAD_TOL)
+
+
+@pytest.mark.parametrize("in_shape", [(5, 7), (2, 3, 7)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_grad(in_shape, bias):
+  x, w = make(in_shape).requires_grad_(), make((4, 7)).requires_grad_()
+  b = make((4,)).requires_grad_() if bias else None
+  check_grads_against_eager(lambda x, w, b: F.linear(x, w, b), x, w, b, **GRAD_TOL)
+  check_grads_against_eager(lambda x, y: (x @ y).tanh(), make((2, 3, 5)).requires_grad_(), make((5, 4)).requires_grad_(), **GRAD_TOL)
