@@ -125,14 +125,15 @@ def make_call(mode: str, model: nn.Module, x, y):
   return call
 
 
-def median_ms(call, warmup: int, reps: int) -> float:
+def time_ms(call, warmup: int, reps: int) -> tuple[float, float]:
+  """(median, min) milliseconds per call over `reps` timed calls after `warmup` calls."""
   for _ in range(warmup): call()
   times = []
   for _ in range(reps):
     t0 = time.perf_counter()
     call()
     times.append(time.perf_counter() - t0)
-  return statistics.median(times) * 1e3
+  return statistics.median(times) * 1e3, min(times) * 1e3
 
 
 def measure(name: str, mode: str, backend: str, reference, warmup: int, reps: int) -> dict:
@@ -147,7 +148,7 @@ def measure(name: str, mode: str, backend: str, reference, warmup: int, reps: in
     t0 = time.perf_counter()
     first = call()
     first_s = time.perf_counter() - t0
-    row["ms"] = median_ms(call, warmup, reps)
+    row["ms"], row["min_ms"] = time_ms(call, warmup, reps)
     row["compile_s"] = max(first_s - row["ms"] / 1e3, 0.0) if backend != "eager" else None
   except Exception as e:  # a backend that fails is reported, the rest of the run goes on
     row["error"] = f"{type(e).__name__}: {e}"
@@ -268,6 +269,10 @@ def main(argv=None) -> int:
   print()
   print(fmt_table(rows, backends, descriptions))
   print(f"  one-time setup: " + ", ".join(f"{b} {s:.1f}s" for b, s in setup.items()) + f"; whole run {total_s:.0f}s; load average at end {_loadavg()}")
+  busy = [la for la in (info["loadavg_at_start"], _loadavg()) if la and la[0] > 0.5 * (os.cpu_count() or 1)]
+  if busy:
+    print("  WARNING: the machine was busy with other work during this run; torch's OpenMP threads (eager, Inductor) "
+          "stall on busy cores, so their times may be inflated. Rerun on an idle machine.")
   for r in rows:
     if r.get("uop", {}).get("nodes_fallen_back"): print(f"  uop fallbacks {r['model']}/{r['mode']}: {r['uop']['nodes_fallen_back']}")
     if r.get("match") is False: print(f"  MISMATCH {r['model']}/{r['mode']}/{r['backend']}: {' '.join(r['mismatch'])}")
