@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite
 from torch_uop.core.dtypes import DType, dtypes
-from torch_uop.core.shapetracker import contiguous_strides, unflatten
+from torch_uop.core.shapetracker import unflatten
 from torch_uop.core.symbolic import symbolic
 from torch_uop.core.schedule import KernelItem
 
@@ -64,10 +64,7 @@ class _Evaluator:
     slots = self.item.realized
     if node is not self.item.root and node in slots:
       if node.op is Ops.BUFFER: return self.load(slots[node], node.dtype, idxs[0], gate)
-      flat = _c(0)
-      for i, st in zip(idxs, contiguous_strides(node.shape)):
-        if st: flat = flat + i * _c(st)
-      return self.load(slots[node], node.dtype, flat, gate)
+      return self.load(slots[node], node.dtype, _strided(idxs, self.item.buffers[slots[node]].strides), gate)
     if node.op is Ops.CONST: return node
     if node.op is Ops.VIEW:
       flat, valid = node.arg.to_indexed(list(idxs))
@@ -112,6 +109,13 @@ class _Evaluator:
 def _simplify(u: UOp) -> UOp: return graph_rewrite(u, symbolic)
 
 
+def _strided(idxs, strides) -> UOp:
+  flat = _c(0)
+  for i, st in zip(idxs, strides):
+    if st: flat = flat + i * _c(st)
+  return flat
+
+
 def build_kernel(item: KernelItem, name: str) -> Kernel:
   ev = _Evaluator(item)
   root = item.root
@@ -119,9 +123,9 @@ def build_kernel(item: KernelItem, name: str) -> Kernel:
   idxs = tuple(_c(0) if s == 1 else UOp(Ops.RANGE, IDX, (_c(s),), (d, "global")) for d, s in enumerate(out_shape))
   out_buf = ev.buf(item.out_slot, root.dtype)
   value = ev.eval(root, idxs, UOp.const(dtypes.bool, True))
-  flat = _c(0)
-  for i, st in zip(idxs, contiguous_strides(out_shape)):
-    if st: flat = flat + i * _c(st)
+  # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same
+  # value is then stored once per aliasing index)
+  flat = _strided(idxs, item.buffers[item.out_slot].strides)
   ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_buf, flat, value)),))
   ast = graph_rewrite(ast, symbolic)
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)

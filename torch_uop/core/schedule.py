@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort
 from torch_uop.core.dtypes import DType
+from torch_uop.core.shapetracker import contiguous_strides
 
 
 @dataclass
@@ -22,6 +23,10 @@ class BufferInfo:
   shape: tuple
   dtype: DType
   kind: str  # 'input', 'intermediate', 'fallback'
+  strides: tuple = None  # element strides of a realized node's buffer; None: contiguous
+
+  def __post_init__(self):
+    if self.strides is None: self.strides = contiguous_strides(self.shape)
 
 
 @dataclass
@@ -29,6 +34,7 @@ class KernelItem:
   root: UOp
   out_slot: int
   realized: dict  # node -> slot, for every realized node this kernel may read
+  buffers: dict = field(default_factory=dict)  # slot -> BufferInfo (strides of what it reads and writes)
 
 
 @dataclass
@@ -78,8 +84,10 @@ def _kernel_reduces(root: UOp, realized: set) -> tuple[list, set]:
   return fused, must_realize
 
 
-def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict) -> Schedule:
-  """roots: tensor nodes that must be in memory. input_slots: BUFFER node -> slot (given by the caller)."""
+def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_strides: dict | None = None) -> Schedule:
+  """roots: tensor nodes that must be in memory. input_slots: BUFFER node -> slot (given by the caller).
+  root_strides: realized node -> the element strides its buffer must have (e.g. a graph output's eager
+  layout, possibly with stride 0 or overlap); others are contiguous."""
   nodes = toposort(roots)
   realized: set = set(r for r in roots if not _is_buffer(r))
   for n in nodes:
@@ -117,7 +125,7 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict) -> Sched
       sched.items.append(FallbackItem(n, [sched.node_slot[s] for s in n.src], dict(sorted(outs.items()))))
     elif n in realized and not _is_buffer(n):
       sched.node_slot[n] = slot
-      sched.buffers[slot] = BufferInfo(slot, n.shape, n.dtype, 'intermediate')
-      sched.items.append(KernelItem(n, slot, sched.node_slot))
+      sched.buffers[slot] = BufferInfo(slot, n.shape, n.dtype, 'intermediate', (root_strides or {}).get(n))
+      sched.items.append(KernelItem(n, slot, sched.node_slot, sched.buffers))
       slot += 1
   return sched

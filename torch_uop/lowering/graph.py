@@ -59,6 +59,9 @@ class LoweredGraph:
   next_slot: int
   nodes_lowered: int = 0
   fallbacks: list = field(default_factory=list)  # op names
+  # per graph output: the strides eager gives it (meta["val"]), or None. AOTAutograd bakes them into the
+  # backward graph for saved tensors (an expand saved for backward has stride 0), so outputs must keep them.
+  output_strides: list = field(default_factory=list)
 
 
 def _is_symbolic(v) -> bool:
@@ -143,6 +146,8 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
       env[node], slot = _constant_node(gm, node, buffer_slots, slot)
     elif node.op == "output":
       for o in node.args[0]:
+        val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+        g.output_strides.append(tuple(int(s) for s in val.stride()) if isinstance(val, torch.Tensor) else None)
         if isinstance(o, torch.fx.Node):
           v = env[o]
           if o.op == "placeholder": g.outputs.append(("input", [n for n in gm.graph.nodes if n.op == "placeholder"].index(o)))

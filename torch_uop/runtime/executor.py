@@ -3,7 +3,8 @@
 At compile time: schedule the tensor graph, build and linearize each kernel, render all kernels
 into one LLVM module and compile it, and plan every step (which buffers to allocate, which to free
 after their last use). At call time: check each input's layout, bind `data_ptr`s, launch kernels
-and fallback ops in order, and return the outputs. Intermediates and outputs are allocated by torch.
+and fallback ops in order, and return the outputs. Intermediates and outputs are allocated by torch; outputs get the strides
+eager gives them (AOTAutograd compiles the backward for the saved tensors' eager layouts).
 """
 from __future__ import annotations
 import math
@@ -14,6 +15,7 @@ from torch_uop.core.dtypes import to_torch
 from torch_uop.core.uop import UOp, Ops, pretty
 from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem
+from torch_uop.core.shapetracker import contiguous_strides
 from torch_uop.core.codegen import build_kernel
 from torch_uop.core.renderer.llvmir import render_llvm
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
@@ -46,15 +48,21 @@ class CompiledGraph:
     self._boxed_call = True
     self.debug = debug
     self.inputs = lowered.inputs
-    roots, seen = [], set()
+    roots, root_strides = [], {}
     outputs = []
-    for kind, v in lowered.outputs:
-      if kind == "tensor" and v.uop.op is Ops.BUFFER and not v.uop.src:
-        v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))  # never hand out a graph input as a fresh output
+    strides_of = lowered.output_strides or [None] * len(lowered.outputs)
+    for (kind, v), want in zip(lowered.outputs, strides_of):
+      if kind == "tensor":
+        if v.uop.op is Ops.BUFFER and (not v.uop.src or (want is not None and not _same_strides(v.shape, want, contiguous_strides(v.shape)))):
+          v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))  # never hand out a graph input; give a fallback result its layout
+        # an output computed by a kernel is written in its eager layout; two outputs that are one node but
+        # want different layouts get a copy each
+        while v.uop in root_strides and want is not None and not _same_strides(v.shape, want, root_strides[v.uop] or want):
+          v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))
+        if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = want
       outputs.append((kind, v))
-      if kind == "tensor" and v.uop not in seen: roots.append(v.uop); seen.add(v.uop)
     with _Timer("schedule"):
-      sched = schedule(roots, lowered.next_slot, lowered.buffer_slots)
+      sched = schedule(roots, lowered.next_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None})
     self.buffers = sched.buffers
     kernels = []
     with _Timer("codegen"):
@@ -79,7 +87,7 @@ class CompiledGraph:
       if isinstance(item, KernelItem):
         info = self.buffers[item.out_slot]
         k = kernel_of[id(item)]
-        steps.append(("kernel", (fn_of[id(item)], k.buffers, item.out_slot, info.shape, to_torch(info.dtype),
+        steps.append(("kernel", (fn_of[id(item)], k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
                                  math.prod(info.shape) == 0)))
       else:
         steps.append(("fallback", item))
@@ -135,8 +143,8 @@ class CompiledGraph:
     for spec, t in zip(self.inputs, args): bufs[spec.slot] = self._bind_input(spec, t)
     for i, (kind, payload) in enumerate(self.steps):
       if kind == "kernel":
-        fn, slots, out_slot, shape, dtype, empty = payload
-        bufs[out_slot] = out = torch.empty(shape, dtype=dtype)
+        fn, slots, out_slot, shape, strides, dtype, empty = payload
+        bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype)
         if not empty: fn(*[bufs[s].data_ptr() for s in slots])
       else:
         self._run_fallback(payload, bufs)
@@ -162,6 +170,10 @@ class CompiledGraph:
     result = op.target(*_substitute(op.args, tensors), **{k: _substitute(v, tensors) for k, v in op.kwargs.items()})
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     for k, s in item.out_slots.items(): bufs[s] = results[k].contiguous()
+
+
+def _same_strides(shape: tuple, a: tuple, b: tuple) -> bool:
+  return all(x == y for n, x, y in zip(shape, a, b) if n > 1)
 
 
 def _one_element_per_location(shape: tuple, strides: tuple) -> bool:
