@@ -3,8 +3,9 @@
 At compile time: schedule the tensor graph, build and linearize each kernel, render all kernels
 into one LLVM module and compile it, and plan every step (which buffers to allocate, which to free
 after their last use). At call time: check each input's layout, bind `data_ptr`s, launch kernels
-and fallback ops in order, and return the outputs. Intermediates and outputs are allocated by torch; outputs get the strides
-eager gives them (AOTAutograd compiles the backward for the saved tensors' eager layouts).
+and fallback ops in order, and return the outputs. Intermediates and outputs are allocated by torch;
+outputs get the strides eager gives them (AOTAutograd compiles the backward for the saved tensors'
+eager layouts).
 """
 from __future__ import annotations
 import math
