@@ -191,3 +191,43 @@ def index(ctx, x, indices):
     sources[d] = ("idx", len(idx_lts))
     idx_lts.append(i)
   return x.gather_nd(tuple(sources), idx_lts)
+
+
+def _scatter_hits(x: LT, dim: int, index: LT) -> LT:
+  """[*x.shape, m] bool: output position p receives the m-th index entry along dim
+  (index[p with p[dim] := j] == p[dim], and p lies within index's extent in the other dims)."""
+  m = index.shape[dim]
+  # pad index out to x's extent in the other dims with an out-of-range value (matches nothing, even
+  # after negative wrap-around), then move dim to a new last axis
+  pads = [(0, 0) if d == dim else (0, x.shape[d] - index.shape[d]) for d in range(x.ndim)]
+  idx = index.cast(dtypes.int64).pad(pads, -x.shape[dim] - 1)
+  idx = idx.unsqueeze(x.ndim).transpose(dim, x.ndim)             # [.., 1 at dim, .., m]
+  full = (*x.shape, m)
+  pos = LT.iota(x.shape[dim]).reshape(tuple(x.shape[dim] if d == dim else 1 for d in range(x.ndim + 1))).broadcast_to(full)
+  wrapped = (idx < 0).where(idx + x.shape[dim], idx)
+  return (idx >= -x.shape[dim]) & wrapped.broadcast_to(full).eq(pos)
+
+
+@register(aten.scatter.value, aten.scatter.src, aten.scatter_add.default)
+def scatter(ctx, x, dim, index, src):
+  """Scatters as gathers: each output position looks for the index entries that name it."""
+  if x.ndim == 0: raise Unsupported("scatter into a 0-d tensor")
+  dim %= x.ndim
+  hits = _scatter_hits(x, dim, index)
+  m = index.shape[dim]
+  full = hits.shape
+  if not isinstance(src, LT):                                                            # scatter.value
+    return hits.max((x.ndim,), keepdim=False).where(LT.full(x.shape, src, x.dtype), x)
+  # src seen at [.., 1 at dim, .., m] like the index (only src[:index.shape] is read)
+  src_v = src.shrink([(0, s) for s in index.shape]).cast(x.dtype)
+  pads = [(0, 0) if d == dim else (0, x.shape[d] - index.shape[d]) for d in range(x.ndim)]
+  src_v = src_v.pad(pads).unsqueeze(x.ndim).transpose(dim, x.ndim).broadcast_to(full)
+  if ctx.node.target is aten.scatter_add.default:
+    acc = x.dtype if not x.dtype.is_float else (x.dtype if x.dtype.itemsize >= 4 else dtypes.float32)
+    added = hits.where(src_v.cast(acc), 0).sum((x.ndim,), keepdim=False)
+    return (x.cast(acc) + added).cast(x.dtype)
+  # several entries naming one position: eager keeps one of them; take the last
+  j = LT.iota(m).reshape((1,) * x.ndim + (m,)).broadcast_to(full)
+  last = hits.where(j, -1).max((x.ndim,), keepdim=True)                                   # [.., 1]
+  picked = src_v.gather_nd(tuple(range(x.ndim)) + (("idx", 0),), [last.maximum(0)])       # src at that entry
+  return (last >= 0).where(picked, x.unsqueeze(x.ndim)).reshape(x.shape)

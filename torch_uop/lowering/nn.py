@@ -113,6 +113,96 @@ def max_pool2d_with_indices_backward(ctx, grad, x, kernel, stride, padding, dila
   return out.reshape((c, h, w)) if unbatched else out
 
 
+def _avg_pool_divisor(out_sp, size, kernel, stride, padding, count_include_pad, divisor_override) -> LT:
+  """[oh, ow] divisor of each window, as eager: the window clipped to the padded input, or to the
+  input itself without count_include_pad."""
+  if divisor_override: return LT.full(out_sp, float(divisor_override), dtypes.float32)
+  extents = []
+  for d, (o, s, k, st, p) in enumerate(zip(out_sp, size, kernel, stride, padding)):
+    start = LT.iota(o) * st - p
+    end = (start + k).minimum(s + p)
+    if count_include_pad: ext = end - start
+    else: ext = end.minimum(s) - start.maximum(0)
+    extents.append(ext.reshape(tuple(o if i == d else 1 for i in range(2))).broadcast_to(out_sp))
+  return (extents[0] * extents[1]).cast(dtypes.float32)
+
+
+@register(aten.avg_pool2d.default)
+def avg_pool2d(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True, divisor_override=None):
+  kernel, stride, padding, _ = _pool_args(x, kernel, stride, padding, (1,))
+  unbatched = x.ndim == 3
+  if unbatched: x = x.unsqueeze(0)
+  n, c, h, w = x.shape
+  oh, ow = (_pool_geometry(s, k, st, p, 1, ceil_mode) for s, k, st, p in zip((h, w), kernel, stride, padding))
+  acc = compute_dtype(x.dtype)
+  need = [(o - 1) * st + k for o, st, k in zip((oh, ow), stride, kernel)]
+  xp = x.cast(acc).pad([(0, 0), (0, 0)] + [(p, max(0, nd_ - s - p)) for p, nd_, s in zip(padding, need, (h, w))])
+  hp, wp = xp.shape[2:]
+  kh, kw = kernel
+  win = xp.as_strided((n, c, oh, ow, kh, kw), (c * hp * wp, hp * wp, stride[0] * wp, stride[1], wp, 1))
+  total = win.sum((4, 5), keepdim=False)
+  div = _avg_pool_divisor((oh, ow), (h, w), kernel, stride, padding, count_include_pad, divisor_override)
+  out = (total / div.cast(acc).reshape((1, 1, oh, ow)).broadcast_to(total.shape)).cast(ctx.dtype)
+  return out.reshape((c, oh, ow)) if unbatched else out
+
+
+@register(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward(ctx, grad, x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+  """Each input position sums grad/divisor over the few output windows that hold it (a gather, no scatter)."""
+  kernel, stride, padding, _ = _pool_args(x, kernel, stride, padding, (1,))
+  unbatched = x.ndim == 3
+  if unbatched: x, grad = x.unsqueeze(0), grad.unsqueeze(0)
+  n, c, h, w = x.shape
+  oh, ow = grad.shape[2:]
+  acc = compute_dtype(grad.dtype)
+  div = _avg_pool_divisor((oh, ow), (h, w), kernel, stride, padding, count_include_pad, divisor_override).cast(acc)
+  g = grad.cast(acc) / div.reshape((1, 1, oh, ow)).broadcast_to(grad.shape)
+  shape = (n, c, h, w)
+  rows = LT.iota(h).reshape((1, 1, h, 1)).broadcast_to(shape)
+  cols = LT.iota(w).reshape((1, 1, 1, w)).broadcast_to(shape)
+  total = None
+  for j in range((kernel[0] - 1) // stride[0] + 1):
+    cand_h = (rows + padding[0]).alu(Ops.IDIV, stride[0]) - j
+    for i in range((kernel[1] - 1) // stride[1] + 1):
+      cand_w = (cols + padding[1]).alu(Ops.IDIV, stride[1]) - i
+      valid = (cand_h >= 0) & (cand_h < oh) & (cand_w >= 0) & (cand_w < ow)
+      valid = valid & (rows < cand_h * stride[0] - padding[0] + kernel[0]) & (cols < cand_w * stride[1] - padding[1] + kernel[1])
+      picked = g.gather_nd((0, 1, ("idx", 0), ("idx", 1)), [cand_h, cand_w])
+      term = valid.where(picked, 0.0)
+      total = term if total is None else total + term
+  out = total.cast(ctx.dtype)
+  return out.reshape((c, h, w)) if unbatched else out
+
+
+@register(aten._adaptive_avg_pool2d_backward.default)
+def adaptive_avg_pool2d_backward(ctx, grad, x):
+  """Output window o covers [o*S//O, ceil((o+1)*S/O)); each input position sums grad/area over the windows
+  that cover it: two masked sums, one per spatial dim."""
+  unbatched = x.ndim == 3
+  if unbatched: x, grad = x.unsqueeze(0), grad.unsqueeze(0)
+  n, c, h, w = x.shape
+  oh, ow = grad.shape[2:]
+  acc = compute_dtype(grad.dtype)
+
+  def cover(size, out):  # [size, out] bool mask and [out] window lengths
+    o = LT.iota(out)
+    start, end = (o * size).alu(Ops.IDIV, out), ((o + 1) * size + out - 1).alu(Ops.IDIV, out)
+    pos = LT.iota(size).reshape((size, 1)).broadcast_to((size, out))
+    mask = (start.reshape((1, out)).broadcast_to((size, out)) <= pos) & (pos < end.reshape((1, out)).broadcast_to((size, out)))
+    return mask, (end - start).cast(acc)
+
+  mh, lh = cover(h, oh)
+  mw, lw = cover(w, ow)
+  area = lh.reshape((oh, 1)).broadcast_to((oh, ow)) * lw.reshape((1, ow)).broadcast_to((oh, ow))
+  g = grad.cast(acc) / area.reshape((1, 1, oh, ow)).broadcast_to(grad.shape)
+  t = mw.reshape((1, 1, 1, w, ow)).broadcast_to((n, c, oh, w, ow)).where(g.reshape((n, c, oh, 1, ow)).broadcast_to((n, c, oh, w, ow)), 0.0)
+  t = t.sum((4,), keepdim=False)                                                                   # [n, c, oh, w]
+  full = (n, c, h, oh, w)
+  out = mh.reshape((1, 1, h, oh, 1)).broadcast_to(full).where(t.reshape((n, c, 1, oh, w)).broadcast_to(full), 0.0).sum((3,), keepdim=False)
+  out = out.cast(ctx.dtype)
+  return out.reshape((c, h, w)) if unbatched else out
+
+
 @register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def sdpa_flash_cpu_backward(ctx, grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, attn_mask=None, scale=None):
   """Attention backward from the saved output and row log-sum-exp (the flash-attention identities)."""
