@@ -7,14 +7,13 @@
 - UOp hash-consing.
 """
 import math
-import itertools
 import pytest
 import torch
 import torch.nn.functional as F
 from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, graph_rewrite, toposort
 from torch_uop.core.dtypes import dtypes
 from torch_uop.core.symbolic import simplify, bounds
-from torch_uop.core.shapetracker import ShapeTracker, View
+from torch_uop.core.shapetracker import ShapeTracker
 
 IDX = dtypes.index
 
@@ -86,7 +85,7 @@ class TestSymbolic:
     i, j = rng(4, 0), rng(3, 1)
     e = (i * c(3) + j + c(1)) // c(3)
     s = simplify(e)
-    ranges, env = [i, j], {i: torch.arange(4).reshape(4, 1), j: torch.arange(3).reshape(1, 3)}
+    env = {i: torch.arange(4).reshape(4, 1), j: torch.arange(3).reshape(1, 3)}
     assert torch.equal(evaluate(s, env), evaluate(e, env))
 
   def test_nested_div_and_mod(self):

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import pytest
 import torch
-import torch.nn.functional as F
 import torch_uop
 import torch_uop.debug
 from helpers import check_against_eager, check_grads_against_eager
