@@ -118,11 +118,23 @@ def unbind(ctx, x, dim=0):
 def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
   dim %= x.ndim
   start, end = _clamp_range(start, end, x.shape[dim])
-  if step != 1: raise Unsupported("slice_scatter with step")
-  pads = [(0, 0)] * x.ndim
-  pads[dim] = (start, x.shape[dim] - end)
-  inside = LT.full(src.shape, True, dtypes.bool).pad(pads)
-  return inside.where(src.cast(x.dtype).pad(pads), x)
+  n = src.shape[dim]
+  if n == 0: return x
+
+  def place(t: LT) -> LT:
+    """Put t's rows at start, start+step, ... along dim (zeros between and around them)."""
+    if step != 1:
+      t = t.unsqueeze(dim + 1)
+      stuff = [(0, 0)] * t.ndim
+      stuff[dim + 1] = (0, step - 1)
+      t = t.pad(stuff).reshape(src.shape[:dim] + (n * step,) + src.shape[dim + 1:])
+      t = t.slice(dim, 0, (n - 1) * step + 1)
+    pads = [(0, 0)] * t.ndim
+    pads[dim] = (start, x.shape[dim] - start - t.shape[dim])
+    return t.pad(pads)
+
+  inside = place(LT.full(src.shape, True, dtypes.bool))
+  return inside.where(place(src.cast(x.dtype)), x)
 
 
 @register(aten.select_scatter.default)
