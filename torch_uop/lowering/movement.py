@@ -243,3 +243,27 @@ def scatter(ctx, x, dim, index, src):
   last = hits.where(j, -1).max((x.ndim,), keepdim=True)                                   # [.., 1]
   picked = src_v.gather_nd(tuple(range(x.ndim)) + (("idx", 0),), [last.maximum(0)])       # src at that entry
   return (last >= 0).where(picked, x.unsqueeze(x.ndim)).reshape(x.shape)
+
+
+@register(aten.repeat.default)
+def repeat(ctx, x, repeats):
+  x = x.reshape((1,) * (len(repeats) - x.ndim) + x.shape)
+  tiled = []
+  for r, s in zip(repeats, x.shape): tiled += [1, s]
+  x = x.reshape(tuple(tiled))
+  expanded = []
+  for r, s in zip(repeats, x.shape[1::2]): expanded += [r, s]
+  return x.expand(tuple(expanded)).reshape(ctx.shape)
+
+
+@register(aten.unfold.default)
+def unfold(ctx, x, dim, size, step):
+  """Sliding windows along dim, as one strided view: [.., n_windows, .., size]."""
+  if x.ndim == 0: return x.reshape((1,))
+  dim %= x.ndim
+  cstr = [1] * x.ndim
+  for i in range(x.ndim - 2, -1, -1): cstr[i] = cstr[i + 1] * x.shape[i + 1]
+  n = (x.shape[dim] - size) // step + 1
+  shape = x.shape[:dim] + (n,) + x.shape[dim + 1:] + (size,)
+  strides = tuple(cstr[:dim]) + (cstr[dim] * step,) + tuple(cstr[dim + 1:]) + (cstr[dim],)
+  return x.as_strided(shape, strides)
