@@ -208,6 +208,9 @@ def test_clamp_tensor_bounds_and_nan():
   check_against_eager(lambda t, a: torch.clamp(t, min=a), x, lo)
   check_against_eager(lambda t, b: torch.clamp(t, max=b), x, hi)
   check_against_eager(lambda t: torch.clamp(t, -1.0, 1.0), special_values())  # NaN passes through
+  check_against_eager(lambda t: torch.clamp(t, 2.0, -1.0), x)                   # min > max: max wins
+  check_against_eager(lambda t: torch.clamp(t, min=nan), x)                     # a NaN bound propagates
+  check_against_eager(lambda t, a: torch.clamp(t, min=a), make((5, 6), torch.int32, -3, 3), make((6,), torch.int64, -1, 1))
 
 
 def test_pow():
@@ -220,7 +223,9 @@ def test_pow():
   check_against_eager(lambda t, e: t ** e, x, make((4, 5), low=-2, high=2))
   check_against_eager(lambda t, e: t ** e, make((4, 5)), torch.tensor([0.0, 1.0, 2.0, 3.0, -1.0]))  # negative base, int exponent
   check_against_eager(lambda e: 2.0 ** e, make((4, 5)))
-  check_against_eager(lambda t: torch.pow(t, 2.5), special_values())
+  for e in (2.5, 0.5, -0.5, 2, 3, -1, -2, 0, 1.0 / 3):
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+      check_against_eager(lambda t: torch.pow(t, e), special_values(dt), **tol(dt))
 
 
 def test_pow_int():
@@ -358,6 +363,14 @@ def test_lerp_addcmul_misc():
   check_against_eager(lambda x: F.silu(x) + F.softplus(x) + F.hardtanh(x) + F.elu(x) + F.hardswish(x), a)
   check_against_eager(lambda x: torch.atan2(x, c), a)
   check_against_eager(lambda x: torch.hypot(x, c), a)
+
+
+def test_empty_tensors():
+  x = make((0, 4))
+  check_against_eager(lambda t: (t * 2 + 1, t.sum(0), t.sum(1), t.sum(), t.mean(1), t.amax(1), t.prod(0), t.any(0), t.all()), x)
+  check_against_eager(lambda t, y: (torch.cat([t, y]), t.t() @ t, (t @ y.t()).exp()), x, make((2, 4)))
+  check_against_eager(lambda t: (t.reshape(2, 0, 2), t[:, 1:3], t.expand(3, 0, 4) + 0), x)
+  check_against_eager(lambda t: (t.argmax(1), tuple(t.min(1)), t.var(1), F.softmax(t, 1)), x)
 
 
 def test_int_overflow_wraps():

@@ -180,8 +180,12 @@ def pow_(ctx, a, b):
   def f(x, y):
     if x.dtype.is_float: return x.math("pow", y)
     return _int_pow(x, y, b)
-  if isinstance(b, (int, float)) and not isinstance(b, bool) and b == 2:
-    return elementwise(ctx, DEFAULT, lambda x, y: x * x, a, b)
+  if isinstance(b, (int, float)) and not isinstance(b, bool):
+    if b == 2: return elementwise(ctx, DEFAULT, lambda x, y: x * x, a, b)
+    # eager computes these exponents with sqrt/rsqrt kernels (float, double, bfloat16; not half), which
+    # differ from pow at -0.0 and -inf
+    if b in (0.5, -0.5) and ctx.dtype in (dtypes.float32, dtypes.float64, dtypes.bfloat16):
+      return elementwise(ctx, DEFAULT, lambda x, y: x.sqrt() if b > 0 else x.sqrt().recip(), a, b)
   return elementwise(ctx, DEFAULT, f, a, b)
 
 

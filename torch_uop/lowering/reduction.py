@@ -5,6 +5,7 @@ integer sums as `meta["val"]` says) and are cast to the result dtype at the end.
 two reductions: the extreme value, then the first index that holds it (NaN counts as the extreme).
 """
 from __future__ import annotations
+import math
 import torch
 from torch_uop.core.uop import Ops
 from torch_uop.core.dtypes import dtypes
@@ -45,10 +46,16 @@ def mean(ctx, x, dims=None, keepdim=False, dtype=None):
   return (total * (1.0 / n if n else float("nan"))).cast(ctx.dtype) if n else (total * float("nan")).cast(ctx.dtype)
 
 
+def _empty_result(ctx, i: int = 0) -> LT:
+  """An extreme-value reduction of an empty tensor: eager allows it only when the result is empty too."""
+  if math.prod(ctx.shape_of(i)): raise Unsupported("reducing an empty dimension to its max/min is an error in eager")
+  return LT.full(ctx.shape_of(i), 0, ctx.dtype_of(i))
+
+
 @register(aten.amax.default, aten.amin.default)
 def amax(ctx, x, dims=(), keepdim=False):
   op = Ops.MAX if ctx.node.target is aten.amax.default else Ops.MIN
-  if x.numel() == 0: raise Unsupported("amax of an empty tensor is an error in eager")
+  if x.numel() == 0: return _empty_result(ctx)
   return x.reduce(op, _axes(x, dims), keepdim)
 
 
@@ -75,7 +82,7 @@ def _arg_extreme(x: LT, dim: int | None, keepdim: bool, is_max: bool) -> tuple[L
 
 @register(aten.argmax.default, aten.argmin.default)
 def argmax(ctx, x, dim=None, keepdim=False):
-  if x.numel() == 0: raise Unsupported("argmax of an empty tensor is an error in eager")
+  if x.numel() == 0: return _empty_result(ctx)
   _, idx = _arg_extreme(x, dim, keepdim, ctx.node.target is aten.argmax.default)
   if dim is None and keepdim: idx = idx.reshape(ctx.shape)
   return idx
@@ -83,7 +90,7 @@ def argmax(ctx, x, dim=None, keepdim=False):
 
 @register(aten.max.dim, aten.min.dim)
 def max_dim(ctx, x, dim, keepdim=False):
-  if x.numel() == 0: raise Unsupported("max of an empty tensor is an error in eager")
+  if x.numel() == 0: return _empty_result(ctx, 0), _empty_result(ctx, 1)
   return _arg_extreme(x, dim, keepdim, ctx.node.target is aten.max.dim)
 
 
