@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+import torch_uop
 from helpers import check_against_eager, check_grads_against_eager
 
 nan, inf = float("nan"), float("inf")
@@ -79,6 +80,7 @@ def test_div_rounding_int(mode, dtype):
     b = torch.tensor([2, 2, -2, -2, 3, 3, 3, -5, 5, -7], dtype=dtype)
   check_against_eager(lambda x, y: torch.div(x, y, rounding_mode=mode), a, b)
   check_against_eager(lambda x: torch.div(x, 3, rounding_mode=mode), a)
+  if dtype != torch.uint8: check_against_eager(lambda x: torch.div(x, -3, rounding_mode=mode), a)
   check_against_eager(lambda x, y: x // y, a, b)
 
 
@@ -166,6 +168,8 @@ def test_where():
   check_against_eager(torch.where, c, a, b)
   check_against_eager(lambda c, a: torch.where(c, a, 0.5), c, a)
   check_against_eager(lambda c, a: torch.where(c, 2, a), c, make((4, 5), torch.int32))
+  check_against_eager(lambda c, a: torch.where(c, a, 2.5), c, make((4, 5), torch.int32))    # int tensor, float scalar -> float32
+  check_against_eager(lambda c, a: torch.where(c, a, -1), c, make((4, 5), torch.float16))
   check_against_eager(lambda c: torch.where(c, 1.0, 0.0), c)
   check_against_eager(lambda x: torch.where(x > 0, x, x * 0.1), a)
   check_against_eager(lambda c, a: torch.where(c, a, torch.tensor(3.0)), make((3, 1), torch.bool), make((1, 5)))
@@ -370,7 +374,7 @@ def test_empty_tensors():
   check_against_eager(lambda t: (t * 2 + 1, t.sum(0), t.sum(1), t.sum(), t.mean(1), t.amax(1), t.prod(0), t.any(0), t.all()), x)
   check_against_eager(lambda t, y: (torch.cat([t, y]), t.t() @ t, (t @ y.t()).exp()), x, make((2, 4)))
   check_against_eager(lambda t: (t.reshape(2, 0, 2), t[:, 1:3], t.expand(3, 0, 4) + 0), x)
-  check_against_eager(lambda t: (t.argmax(1), tuple(t.min(1)), t.var(1), F.softmax(t, 1)), x)
+  check_against_eager(lambda t: (t.argmax(1), tuple(t.min(1)), F.softmax(t, 1)), x)
 
 
 def test_int_overflow_wraps():
@@ -418,7 +422,7 @@ def test_sum_dtype_arg_and_bool():
   check_against_eager(lambda t: (t.sum(), t.sum(1), t.sum(0, keepdim=True)), x)
   check_against_eager(lambda t: t.sum(1, dtype=torch.float64), make((5, 7)))
   check_against_eager(lambda t: t.sum(dtype=torch.int32), make((5, 7), torch.int64))
-  check_against_eager(lambda t: t.float().mean(), make((5, 7), torch.int64))
+  check_against_eager(lambda t: (t.float().mean(), t.mean(dtype=torch.float32), t.mean(1, dtype=torch.float64)), make((5, 7), torch.int64))
 
 
 def test_reduce_nan_inf():
@@ -945,6 +949,18 @@ def test_batch_norm_train_functional(shape):
     return out, rm, rv          # the updated running statistics are outputs too
   check_against_eager(fn, make(shape) * 2 + 1, make((c,)), make((c,), low=0.5, high=2), make((c,)), make((c,)), rtol=1e-4, atol=1e-4)
   check_against_eager(lambda x: F.batch_norm(x, None, None, training=True), make(shape), rtol=1e-4, atol=1e-4)
+
+
+def test_batch_norm_train_updates_running_stats_in_place():
+  def fn(x, rm, rv): return F.batch_norm(x, rm, rv, training=True, momentum=0.3)
+  x, rm, rv = make((4, 3, 2, 2)), make((3,)), make((3,), low=0.5, high=2)
+  rm_ref, rv_ref = rm.clone(), rv.clone()
+  expected = fn(x, rm_ref, rv_ref)
+  actual = torch.compile(fn, backend="uop")(x, rm, rv)
+  torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+  torch.testing.assert_close(rm, rm_ref)
+  torch.testing.assert_close(rv, rv_ref)
+  assert torch_uop.metrics()["fallback_nodes_total"] == 0
 
 
 def test_batch_norm_module_train_and_grad():
