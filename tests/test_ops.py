@@ -162,6 +162,17 @@ def test_bool_operators():
   check_against_eager(lambda x: ~x, make((4, 5), torch.int32, -8, 8))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_shifts(dtype):
+  lo = 0 if dtype == torch.uint8 else -100
+  x = make((12,), dtype, lo, 100)
+  bits = 8 * x.element_size()
+  s = torch.tensor([0, 1, 3, bits - 1, bits, bits + 5, 2, 7, 1, 0, 4, 5]).to(dtype)
+  if dtype != torch.uint8: s[-1] = -2                  # negative shift amounts give 0 / the sign
+  check_against_eager(lambda a, b: (a << b, a >> b), x, s)
+  check_against_eager(lambda a: (a << 3, a >> 2, a >> bits + 1), x)
+
+
 def test_where():
   c = make((4, 5), torch.bool)
   a, b = make((4, 5)), make((1, 5), torch.float64)
@@ -1077,3 +1088,31 @@ def test_other_losses_and_activations():
   check_against_eager(lambda a, b: F.binary_cross_entropy_with_logits(a, (b > 0).float()), x, y)
   check_grads_against_eager(lambda a: F.mse_loss(a, y) + F.silu(a).mean(), x.clone().requires_grad_())
   check_against_eager(lambda a: (F.softplus(a), F.mish(a), F.logsigmoid(a), F.hardsigmoid(a), F.selu(a), F.celu(a)), x)
+
+
+@pytest.mark.parametrize("case", ["rows", "rows_scalar_value", "accumulate_repeats", "two_indices", "split_indices", "mask", "mask_accumulate"])
+def test_index_put(case):
+  x = make((5, 4, 3))
+  fns = {
+    "rows": lambda t, v: t.index_put((torch.tensor([0, 3, -1]),), v[:3]),
+    "rows_scalar_value": lambda t, v: t.index_put((torch.tensor([1, 2]),), torch.tensor(9.0)),
+    "accumulate_repeats": lambda t, v: t.index_put((torch.tensor([1, 1, 4, 1]),), v[:4], accumulate=True),
+    "two_indices": lambda t, v: t.index_put((torch.tensor([0, 2]), torch.tensor([3, 1])), v[0, :2]),
+    "split_indices": lambda t, v: torch.ops.aten.index_put(t, [torch.tensor([4, 0]), None, torch.tensor([2, 0])], v[:2, :, 0], True),
+    "mask": lambda t, v: t.masked_fill(t > 0, 0.5) + t.index_put((t < -1,), torch.tensor(-9.0)),
+    "mask_accumulate": lambda t, v: t.index_put((t[:, :, 0] > 0,), torch.tensor(1.5), accumulate=True),
+  }
+  check_against_eager(fns[case], x, make((5, 4, 3)))
+
+
+def test_indexing_assignment_and_grad():
+  def setitem(t, v):
+    t = t.clone()
+    t[torch.tensor([2, 0])] = v
+    t[t > 2] = 0.0
+    return t
+  check_against_eager(setitem, make((4, 3)), make((2, 3)))
+  idx = torch.tensor([3, 0, 3, 1])
+  check_grads_against_eager(lambda t: t[idx] * 2, make((5, 3)).requires_grad_())
+  check_grads_against_eager(lambda t: t[:, idx].sum(1), make((2, 5)).requires_grad_())
+  check_grads_against_eager(lambda t: torch.gather(t, 1, idx.repeat(3, 1)), make((3, 5)).requires_grad_())

@@ -3,6 +3,7 @@ constant_pad_nd, flip, as_strided, and the scatters of their backwards (slice_sc
 select_scatter). All of them are index maps (VIEW nodes); none copies data.
 """
 from __future__ import annotations
+import math
 import torch
 from torch_uop.core.dtypes import dtypes
 from torch_uop.lowering.registry import register, Unsupported
@@ -267,3 +268,51 @@ def unfold(ctx, x, dim, size, step):
   shape = x.shape[:dim] + (n,) + x.shape[dim + 1:] + (size,)
   strides = tuple(cstr[:dim]) + (cstr[dim] * step,) + tuple(cstr[dim + 1:]) + (cstr[dim],)
   return x.as_strided(shape, strides)
+
+
+@register(aten.index_put.default)
+def index_put(ctx, x, indices, values, accumulate=False):
+  """x[indices] = values (or += with accumulate), written as a gather: each position of x looks for
+  the index entries that name it. A single boolean mask with one value is a where."""
+  indices = list(indices)
+  if len(indices) == 1 and indices[0] is not None and indices[0].dtype.is_bool:
+    mask = indices[0]
+    if values.numel() != 1: raise Unsupported("boolean-mask index_put with several values (data-dependent)")
+    m = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim)).broadcast_to(x.shape)
+    v = values.reshape(()).cast(x.dtype).broadcast_to(x.shape)
+    return m.where(x + v if accumulate else v, x)
+  if any(i is not None and i.dtype.is_bool for i in indices): raise Unsupported("boolean masks among several indices")
+  indices += [None] * (x.ndim - len(indices))
+  pos = [d for d, i in enumerate(indices) if i is not None]
+  if not pos: raise Unsupported("index_put without indices")
+  from torch_uop.lowering.tensor import broadcast_shapes
+  bshape = broadcast_shapes(*[indices[d].shape for d in pos])
+  mcount = math.prod(bshape)
+  rest = [d for d in range(x.ndim) if indices[d] is None]
+  adjacent = pos == list(range(pos[0], pos[-1] + 1))
+  before = [d for d in rest if d < pos[0]] if adjacent else []
+  after = [d for d in rest if d not in before]
+  sel_shape = tuple(x.shape[d] for d in before) + bshape + tuple(x.shape[d] for d in after)
+  full = (*x.shape, mcount)
+  # values as [*x.shape with indexed dims 1, M]
+  v = values.cast(x.dtype).broadcast_to(sel_shape)
+  v = v.reshape(tuple(x.shape[d] for d in before) + (mcount,) + tuple(x.shape[d] for d in after))
+  nb = len(before)
+  v = v.permute(tuple(range(nb)) + tuple(range(nb + 1, v.ndim)) + (nb,))           # rest dims in order, then M
+  v = v.reshape(tuple(1 if d in pos else x.shape[d] for d in range(x.ndim)) + (mcount,)).broadcast_to(full)
+  hits = None
+  for d in pos:
+    n = x.shape[d]
+    i = indices[d].cast(dtypes.int64).broadcast_to(bshape).reshape((1,) * x.ndim + (mcount,)).broadcast_to(full)
+    i = (i < 0).where(i + n, i)
+    p = LT.iota(n).reshape(tuple(n if k == d else 1 for k in range(x.ndim + 1))).broadcast_to(full)
+    h = i.eq(p)
+    hits = h if hits is None else hits & h
+  if accumulate:
+    acc = x.dtype if not x.dtype.is_float or x.dtype.itemsize >= 4 else dtypes.float32
+    if x.dtype.is_bool: return x | (hits & v).max((x.ndim,), keepdim=False)
+    return (x.cast(acc) + hits.where(v.cast(acc), 0).sum((x.ndim,), keepdim=False)).cast(x.dtype)
+  j = LT.iota(mcount).reshape((1,) * x.ndim + (mcount,)).broadcast_to(full)
+  last = hits.where(j, -1).max((x.ndim,), keepdim=True)                                 # the last write wins
+  picked = v.gather_nd(tuple(range(x.ndim)) + (("idx", 0),), [last.maximum(0)])
+  return (last >= 0).where(picked, x.unsqueeze(x.ndim)).reshape(x.shape)

@@ -313,6 +313,24 @@ def bitwise(ctx, a, b):
   return elementwise(ctx, DEFAULT, lambda x, y: x.alu(alu, y), a, b)
 
 
+@register(aten.__lshift__.Tensor, aten.__lshift__.Scalar, aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+          aten.bitwise_left_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar,
+          aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar, aten.bitwise_right_shift.Scalar_Tensor)
+def shift(ctx, a, b):
+  """Shifts as eager: a left shift by a negative or too large amount gives 0, a right shift by one
+  fills with the sign bit (LLVM would give poison)."""
+  left = "left" in ctx.node.target.overloadpacket.__name__ or "lshift" in ctx.node.target.overloadpacket.__name__
+  def f(x, y):
+    if not x.dtype.is_int: raise Unsupported("shift of a non-integer")
+    bits = 8 * x.dtype.itemsize
+    limit = bits if left else bits - (0 if x.dtype.is_unsigned else 1)
+    bad = (y < 0) | (y >= limit) if not x.dtype.is_unsigned else (y >= limit)
+    safe = bad.where(y.const_like(0), y)
+    if left: return bad.where(x.const_like(0), x.alu(Ops.SHL, safe))
+    return bad.where(x.alu(Ops.SHR, y.const_like(limit)) if limit < bits else x.const_like(0), x.alu(Ops.SHR, safe))
+  return elementwise(ctx, DEFAULT, f, a, b)
+
+
 @register(aten.bitwise_not.default)
 def bitwise_not(ctx, a): return elementwise(ctx, DEFAULT, lambda x: x.logical_not(), a)
 
