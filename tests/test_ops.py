@@ -1116,3 +1116,38 @@ def test_indexing_assignment_and_grad():
   check_grads_against_eager(lambda t: t[idx] * 2, make((5, 3)).requires_grad_())
   check_grads_against_eager(lambda t: t[:, idx].sum(1), make((2, 5)).requires_grad_())
   check_grads_against_eager(lambda t: torch.gather(t, 1, idx.repeat(3, 1)), make((3, 5)).requires_grad_())
+
+
+@pytest.mark.parametrize("kw", [dict(stride=2), dict(stride=2, padding=1, output_padding=1), dict(groups=2, dilation=2),
+                                dict(stride=(3, 2), padding=(1, 0), output_padding=(2, 1))])
+def test_conv_transpose2d_grad(kw):
+  g = kw.get("groups", 1)
+  x, w, b = make((2, 4, 4, 3)).requires_grad_(), make((4, 6 // g, 3, 3)).requires_grad_(), make((6,)).requires_grad_()
+  check_grads_against_eager(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), x, w, b, **GRAD_TOL)
+
+
+# ============================================================================ gradients across the families
+
+def _r(*shape): return make(shape).requires_grad_()
+
+
+GRAD_CASES = {
+  "elementwise": (lambda x: x.sigmoid() * x.tanh() + x.exp() * 0.1 + x.abs() + x.clamp(-0.5, 0.5) + torch.where(x > 0, x * 2, x * 3), (3, 4)),
+  "pow_log_trig": (lambda x: (x.abs() + 0.1).sqrt() + x ** 3 + (x.abs() + 1) ** 0.7 + (x.abs() + 1).log() + x.sin() + torch.erf(x), (3, 4)),
+  "reductions": (lambda x: x.sum(1) + x.mean(1) + x.amax(1) + x.var(1) + x.std(1, correction=0) + x.max(1)[0] + x.prod(1), (3, 4)),
+  "logsumexp_norm_cumsum": (lambda x: torch.logsumexp(x, 1) + x.norm(dim=1) + x.cumsum(1).sum(1), (3, 4)),
+  "slicing": (lambda x: x[::2, 1::3] * 2 + x[1::2, -2:] + x[-1, 2:4], (6, 7)),
+  "cat_pad_flip": (lambda x: F.pad(torch.cat([x, x[:, :2] * 3], 1), (1, 2, 0, 1), value=0.5).flip(0), (3, 4)),
+  "expand_permute_reshape": (lambda x: (x.expand(2, 3, 4).permute(2, 0, 1) * torch.arange(3.0)).sum(0) + x.t().reshape(2, 6)[:, :3], (3, 4)),
+  "split_unbind_stack": (lambda x: torch.stack([t.sum(0) * i for i, t in enumerate(x.split(2, 1))]).sum(0) + x.unbind(0)[1][:2], (3, 6)),
+  "index_roll": (lambda x: x[torch.tensor([2, 0, 2])].exp() + torch.roll(x, 1, 1), (3, 4)),
+  "max_ties": (lambda x: x.round().amax(1) + x.round().max(0)[0].sum(), (3, 4)),
+  "layer_norm_gelu": (lambda x: F.gelu(F.layer_norm(x, (4,))), (3, 4)),
+  "unfold_masked_fill": (lambda x: x.unfold(1, 3, 2).sum(-1) + x.masked_fill(x > 0.5, 0.0)[:, :4].sum(1, keepdim=True), (3, 9)),
+}
+
+
+@pytest.mark.parametrize("case", list(GRAD_CASES))
+def test_grads(case):
+  fn, shape = GRAD_CASES[case]
+  check_grads_against_eager(fn, _r(*shape), rtol=1e-4, atol=1e-4)

@@ -112,32 +112,45 @@ def convolution(ctx, x, w, bias, stride, padding, dilation, transposed, output_p
   return out.cast(ctx.dtype)
 
 
+def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, groups: int) -> LT:
+  """d(conv(x, w))/dw for the output gradient g: the window view of x times g, summed over batch and
+  output positions. x [N, C, *sp], g [N, O, *out] -> [O, C/groups, *kernel] in the accumulation dtype."""
+  nd = x.ndim - 2
+  n, c, *_ = x.shape
+  o = g.shape[1]
+  cg, og = c // groups, o // groups
+  xp = x.pad([(0, 0), (0, 0)] + [(p, p) for p in padding])
+  out_sp = tuple(g.shape[2:])
+  win = _windows(xp, groups, tuple(kernel), stride, dilation, out_sp).reshape((n, groups, 1, cg, *out_sp, *kernel))
+  gv = g.reshape((n, groups, og, 1, *out_sp, *([1] * nd)))
+  full = (n, groups, og, cg, *out_sp, *kernel)
+  axes = (0, *range(4, 4 + nd))
+  return (win.expand(full) * gv.expand(full)).sum(axes, keepdim=False).reshape((o, cg, *kernel))
+
+
 @register(aten.convolution_backward.default)
 def convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
                          output_mask):
-  if transposed: raise Unsupported("backward of a transposed convolution")
   nd = x.ndim - 2
   acc = compute_dtype(x.dtype)
   g = grad.cast(acc)
+  k = tuple(w.shape[2:])
   grad_input = grad_weight = grad_bias = None
-  if output_mask[0]:
-    # the input gradient is a transposed convolution of grad; output_padding recovers rows the stride dropped
-    sp = x.shape[2:]
-    k = w.shape[2:]
-    out_pad = tuple(s + 2 * p - d * (kk - 1) - 1 - (o - 1) * st
-                    for s, p, d, kk, o, st in zip(sp, padding, dilation, k, grad.shape[2:], stride))
-    grad_input = conv_transpose(g, w, stride, padding, dilation, out_pad, groups).cast(ctx.dtype_of(0))
-  if output_mask[1]:
-    n, c, *_ = x.shape
-    o, cg, *k = w.shape
-    og = o // groups
-    xp = x.cast(acc).pad([(0, 0), (0, 0)] + [(p, p) for p in padding])
-    out_sp = tuple(grad.shape[2:])
-    win = _windows(xp, groups, tuple(k), stride, dilation, out_sp).reshape((n, groups, 1, cg, *out_sp, *k))
-    gv = g.reshape((n, groups, og, 1, *out_sp, *([1] * nd)))
-    full = (n, groups, og, cg, *out_sp, *k)
-    axes = (0, *range(4, 4 + nd))
-    grad_weight = (win.expand(full) * gv.expand(full)).sum(axes, keepdim=False).reshape((o, cg, *k)).cast(ctx.dtype_of(1))
+  if transposed:
+    # y = conv_transpose(x, w): dx is the plain convolution of dy with w, and dw the weight gradient of
+    # that convolution with the roles of input and output gradient swapped
+    if output_mask[0]: grad_input = conv(g, w, stride, padding, dilation, groups).cast(ctx.dtype_of(0))
+    if output_mask[1]:
+      grad_weight = _conv_weight_grad(g, x.cast(acc), k, stride, padding, dilation, groups).cast(ctx.dtype_of(1))
+  else:
+    if output_mask[0]:
+      # the input gradient is a transposed convolution of grad; output_padding recovers rows the stride dropped
+      sp = x.shape[2:]
+      out_pad = tuple(s + 2 * p - d * (kk - 1) - 1 - (o - 1) * st
+                      for s, p, d, kk, o, st in zip(sp, padding, dilation, k, grad.shape[2:], stride))
+      grad_input = conv_transpose(g, w, stride, padding, dilation, out_pad, groups).cast(ctx.dtype_of(0))
+    if output_mask[1]:
+      grad_weight = _conv_weight_grad(x.cast(acc), g, k, stride, padding, dilation, groups).cast(ctx.dtype_of(1))
   if output_mask[2]:
     grad_bias = g.sum((0, *range(2, 2 + nd)), keepdim=False).cast(ctx.dtype_of(2))
   return grad_input, grad_weight, grad_bias
