@@ -727,7 +727,7 @@ def test_creation_mixed_with_inputs():
                                          ((3, 11, 2), {"dtype": torch.float64}), ((0, 1, 0.25), {"dtype": torch.float16}),
                                          ((2.0, -3.0, -0.7), {}), ((0, 20, 3), {"dtype": torch.int32}), ((7,), {"dtype": torch.uint8})])
 def test_arange(args, kwargs):
-  check_against_eager(lambda t: (torch.arange(*args, **kwargs), t), make((2,)))
+  check_against_eager(lambda t: (torch.arange(*args, **kwargs), t), make((2,)), rtol=0, atol=0)   # bit-exact
 
 
 def test_arange_used_in_math():

@@ -59,7 +59,8 @@ def arange(ctx, *args, **kwargs):
   dt = ctx.dtype
   if dt.is_float:
     from torch_uop.core.dtypes import dtypes
-    acc = dtypes.float64 if dt == dtypes.float64 else dtypes.float32
+    # eager's CPU arange computes start + step * i in acc_type: double for float and double, float for half types
+    acc = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dtypes.float64
     return (LT.iota(n).cast(acc) * step + start).cast(dt)
   return (LT.iota(n, dt) * step + start)
 
