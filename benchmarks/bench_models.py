@@ -4,11 +4,13 @@ Models: an MLP, a small CNN (conv, batchnorm, relu, maxpool, adaptive avgpool, l
 transformer block (embedding, layernorm, causal attention, GELU MLP, LM head). Each runs in two
 modes: inference (eval + no_grad) and a training step (forward, cross entropy, backward).
 
-For each (model, mode, backend) it reports the time per call (median of timed calls after warmup,
-torch's default thread count), the speedup vs eager (eager ms / compiled ms; >1 is faster), the
-cold compile time (first call minus a steady-state call), whether the first call matched eager
-(torch.testing.assert_close on outputs, and on all parameter gradients in training) and, for uop,
-the fallbacks reported by torch_uop.metrics(). It prints a table and writes JSON to
+For each (model, mode, backend) it reports the time per call (torch's default thread count; after
+warmup, the backends are timed in turn for several rounds of calls, and a backend's time is the
+median of its best round, so that other work on a small shared machine, which stalls torch's
+OpenMP threads, has to last through every round to distort it), the speedup vs eager (eager ms /
+compiled ms; >1 is faster), the cold compile time (first call minus a steady-state call), whether
+the first call matched eager (torch.testing.assert_close on outputs, and on all parameter gradients
+in training) and, for uop, the fallbacks reported by torch_uop.metrics(). It prints a table and writes JSON to
 benchmarks/results/.
 
 Inductor gets a fresh cache directory per run (torch_uop has no disk cache), so its compile times
@@ -125,20 +127,18 @@ def make_call(mode: str, model: nn.Module, x, y):
   return call
 
 
-def time_ms(call, warmup: int, reps: int) -> tuple[float, float]:
-  """(median, min) milliseconds per call over `reps` timed calls after `warmup` calls."""
-  for _ in range(warmup): call()
+def timed_calls(call, n: int) -> list[float]:
   times = []
-  for _ in range(reps):
+  for _ in range(n):
     t0 = time.perf_counter()
     call()
     times.append(time.perf_counter() - t0)
-  return statistics.median(times) * 1e3, min(times) * 1e3
+  return times
 
 
-def measure(name: str, mode: str, backend: str, reference, warmup: int, reps: int) -> dict:
-  """Run one (model, mode, backend). `reference` holds eager's first-call (output, grads) or None."""
-  torch._dynamo.reset()
+def first_call(name: str, mode: str, backend: str, reference) -> tuple[dict, object, object]:
+  """Build a fresh model, compile it with `backend` and make the first (cold) call.
+  Returns (row, the timed callable or None on error, the first call's (output, grads))."""
   torch_uop.reset_metrics()
   model, x, y, _ = make_case(name)
   model.train(mode == "train")
@@ -147,13 +147,11 @@ def measure(name: str, mode: str, backend: str, reference, warmup: int, reps: in
   try:
     t0 = time.perf_counter()
     first = call()
-    first_s = time.perf_counter() - t0
-    row["ms"], row["min_ms"] = time_ms(call, warmup, reps)
-    row["compile_s"] = max(first_s - row["ms"] / 1e3, 0.0) if backend != "eager" else None
+    row["first_call_s"] = time.perf_counter() - t0
   except Exception as e:  # a backend that fails is reported, the rest of the run goes on
     row["error"] = f"{type(e).__name__}: {e}"
     traceback.print_exc()
-    return row, None
+    return row, None, None
   if reference is not None:
     try:
       torch.testing.assert_close(first[0], reference[0], rtol=RTOL, atol=ATOL)
@@ -166,7 +164,38 @@ def measure(name: str, mode: str, backend: str, reference, warmup: int, reps: in
     row["uop"] = {k: m[k] for k in ("graphs_compiled", "graphs_fallen_back", "fallback_nodes_total", "nodes_fallen_back",
                                      "nodes_lowered", "kernels_compiled")}
     row["uop"]["compile_time_s"] = m["compile_time_s"]
-  return row, first
+  return row, call, first
+
+
+def measure_case(name: str, mode: str, backends: list[str], warmup: int, rounds: int, per_round: int) -> list[dict]:
+  """All backends for one (model, mode): first calls (compile, correctness) eager first, then warmup,
+  then `rounds` rounds that each time `per_round` calls of every backend in turn. A backend's time
+  is the median of its best round: every backend is timed in the same windows, and a burst of other
+  work on the machine must cover every round to distort a number."""
+  torch._dynamo.reset()
+  rows, calls, reference = [], {}, None
+  for b in backends:
+    row, call, first = first_call(name, mode, b, reference)
+    if b == "eager": reference = first
+    rows.append(row)
+    if call is not None: calls[b] = call
+  samples = {b: [] for b in calls}
+  for b, call in list(calls.items()):
+    try: timed_calls(call, warmup)
+    except Exception as e:
+      next(r for r in rows if r["backend"] == b)["error"] = f"{type(e).__name__}: {e}"
+      del calls[b], samples[b]
+  for _ in range(rounds):
+    for b, call in calls.items(): samples[b].append(timed_calls(call, per_round))
+  for row in rows:
+    if row["backend"] not in samples: continue
+    per = samples[row["backend"]]
+    every = [t for ts in per for t in ts]
+    row["ms"] = min(statistics.median(ts) for ts in per) * 1e3
+    row["median_all_ms"], row["min_ms"] = statistics.median(every) * 1e3, min(every) * 1e3
+    row["round_medians_ms"] = [round(statistics.median(ts) * 1e3, 4) for ts in per]
+    row["compile_s"] = max(row["first_call_s"] - row["ms"] / 1e3, 0.0) if row["backend"] != "eager" else None
+  return rows
 
 
 def one_time_setup(backend: str) -> float:
@@ -206,7 +235,8 @@ def fmt_table(rows: list[dict], backends: list[str], descriptions: dict) -> str:
   out += ["  ".join(str(c).rjust(w) for c, w in zip(line, widths)) for line in lines]
   out.append("")
   out += [f"  {k}: {v}" for k, v in descriptions.items()]
-  out.append("  x = eager ms / compiled ms (>1: faster than eager); compile s = first call minus a steady-state call;")
+  out.append("  ms = median of the best of several interleaved rounds of timed calls; x = eager ms / compiled ms (>1: faster);")
+  out.append("  compile s = first call minus a steady-state call;")
   out.append(f"  ok = first call's output (and, in train, every parameter gradient) assert_close to eager (rtol={RTOL}, atol={ATOL})")
   return "\n".join(out)
 
@@ -239,11 +269,11 @@ def main(argv=None) -> int:
   for m in modes:
     if m not in MODES: ap.error(f"unknown mode {m!r}; choose from {MODES}")
   backends = [b for b in BACKENDS if not (b == "inductor" and args.no_inductor)]
-  warmup, reps = (3, 20) if args.quick else (10, 100)
+  warmup, rounds, per_round = (3, 3, 7) if args.quick else (10, 5, 20)
 
   info = machine_info()
   print(f"# torch {info['torch']}, {info['cpu_count']} CPUs, torch threads {info['torch_threads']}, "
-        f"{info['processor']}, load average {info['loadavg_at_start']}; warmup {warmup}, timed calls {reps}", flush=True)
+        f"{info['processor']}, load average {info['loadavg_at_start']}; warmup {warmup}, timed: {rounds} rounds x {per_round} calls per backend", flush=True)
   t_start = time.perf_counter()
   setup = {}
   for b in backends:
@@ -256,14 +286,11 @@ def main(argv=None) -> int:
   for name in models:
     descriptions[name] = make_case(name)[3]
     for mode in modes:
-      reference = None
-      for b in backends:
-        row, first = measure(name, mode, b, reference, warmup, reps)
-        if b == "eager": reference = first
+      for row in measure_case(name, mode, backends, warmup, rounds, per_round):
         rows.append(row)
         status = row.get("error") or f"{row['ms']:.3f} ms" + (f", compile {row['compile_s']:.2f}s" if row.get("compile_s") is not None else "") \
           + ("" if row.get("match", True) else ", MISMATCH")
-        print(f"  {name:4s} {mode:5s} {b:8s} {status}", flush=True)
+        print(f"  {name:4s} {mode:5s} {row['backend']:8s} {status}", flush=True)
   total_s = time.perf_counter() - t_start
 
   print()
@@ -272,7 +299,7 @@ def main(argv=None) -> int:
   busy = [la for la in (info["loadavg_at_start"], _loadavg()) if la and la[0] > 0.5 * (os.cpu_count() or 1)]
   if busy:
     print("  WARNING: the machine was busy with other work during this run; torch's OpenMP threads (eager, Inductor) "
-          "stall on busy cores, so their times may be inflated. Rerun on an idle machine.")
+          "stall on busy cores, so check the per-round medians in the JSON, or rerun on an idle machine.")
   for r in rows:
     if r.get("uop", {}).get("nodes_fallen_back"): print(f"  uop fallbacks {r['model']}/{r['mode']}: {r['uop']['nodes_fallen_back']}")
     if r.get("match") is False: print(f"  MISMATCH {r['model']}/{r['mode']}/{r['backend']}: {' '.join(r['mismatch'])}")
@@ -281,7 +308,7 @@ def main(argv=None) -> int:
   out = args.out or os.path.join(RESULTS_DIR, f"bench_{datetime.datetime.now():%Y%m%d_%H%M%S}.json")
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   with open(out, "w") as f:
-    json.dump({"machine": info, "args": vars(args), "warmup": warmup, "reps": reps, "one_time_setup_s": setup,
+    json.dump({"machine": info, "args": vars(args), "warmup": warmup, "rounds": rounds, "calls_per_round": per_round, "one_time_setup_s": setup,
                "models": descriptions, "total_s": total_s, "loadavg_at_end": _loadavg(), "rows": rows}, f, indent=1, default=str)
   print(f"  saved {out}")
   return 1 if any(r.get("match") is False or "error" in r for r in rows) else 0
