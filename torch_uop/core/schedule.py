@@ -54,6 +54,32 @@ class Schedule:
 def _is_buffer(u: UOp) -> bool: return u.op is Ops.BUFFER
 
 
+def _expansion(view: UOp) -> int:
+  """How many times a VIEW reads each element of its source (the product of its broadcast dims)."""
+  factor = 1
+  for v in view.arg.views:
+    for size, stride in zip(v.shape, v.strides):
+      if stride == 0 and size > 1: factor *= size
+  return factor
+
+
+def _recompute_cost(node: UOp, realized: set) -> int:
+  """Rough cost of recomputing an unrealized elementwise expression once (libm calls weigh most)."""
+  cost, stack, seen = 0, [node], set()
+  while stack:
+    n = stack.pop()
+    if n in seen or n in realized or _is_buffer(n) or n.op in (Ops.CONST, Ops.IOTA): continue
+    seen.add(n)
+    if n.op is Ops.REDUCE_AXIS: continue  # realized on its own under a broadcast anyway
+    cost += 8 if n.op is Ops.MATH else 1 if n.op in ELEMENTWISE and n.op is not Ops.CAST else 0
+    stack.extend(n.src)
+  return cost
+
+
+# recompute under a broadcast only what is cheaper than a round trip through memory
+MAX_BROADCAST_RECOMPUTE = 8
+
+
 def _kernel_reduces(root: UOp, realized: set) -> tuple[list, set]:
   """Walk one kernel's region. Returns the reductions it would fuse and those that must be realized."""
   fused, must_realize = [], set()
@@ -74,8 +100,13 @@ def _kernel_reduces(root: UOp, realized: set) -> tuple[list, set]:
       stack.append((node.src[0], False, True))
       continue
     if node.op is Ops.VIEW:
+      src = node.src[0]
+      factor = _expansion(node)
+      if factor > 1 and src not in realized and not _is_buffer(src) and \
+         _recompute_cost(src, realized) * min(factor, 64) > 8 * MAX_BROADCAST_RECOMPUTE:
+        must_realize.add(src); continue
       # a pure reshape keeps every element where it was: a reduction under it still fuses
-      stack.append((node.src[0], under_view or not node.arg.is_contiguous, under_reduce)); continue
+      stack.append((src, under_view or not node.arg.is_contiguous, under_reduce)); continue
     if node.op is Ops.GATHER:
       stack.append((node.src[0], True, under_reduce))
       for s in node.src[1:]: stack.append((s, under_view, under_reduce))
@@ -93,7 +124,8 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
   for n in nodes:
     if n.op is Ops.FALLBACK: realized.update(s for s in n.src if not _is_buffer(s))
     if n.op is Ops.CONTIGUOUS: realized.add(n)
-  # fixpoint: realize reductions that cannot be fused where they are read
+  # fixpoint: realize reductions that cannot be fused where they are read, and expensive expressions read
+  # through a broadcast (e.g. an activation feeding a matmul, recomputed once per output column otherwise)
   while True:
     reach_count: dict = {}
     new = set()

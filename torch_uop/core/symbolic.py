@@ -156,6 +156,13 @@ def _div_mod_by_const(x: UOp, c: UOp, is_mod: bool):
       return x.src[0] % c
     if len(terms) == 1 and x.op is Ops.IDIV and x.src[1].op is Ops.CONST and not is_mod and x.src[0].vmin >= 0:
       return x.src[0] // UOp.const(x.dtype, x.src[1].arg * d)
+    # (a*c + b) // d -> a // (d/c) and (a*c + b) % d -> (a % (d/c))*c + b, when c divides d and 0 <= b < c
+    for n, (coef, base) in enumerate(terms):
+      if base is None or coef <= 1 or d % coef or base.vmin < 0: continue
+      rest_sum = _sum_terms([t for m, t in enumerate(terms) if m != n], x.dtype)
+      if rest_sum.vmin < 0 or rest_sum.vmax >= coef: continue
+      inner = UOp.const(x.dtype, d // coef)
+      return (base % inner) * UOp.const(x.dtype, coef) + rest_sum if is_mod else base // inner
     # gcd: (a*4 + b*8) // 2 ... handled only when all coefficients share a factor with d
     g = d
     for coef, base in terms: g = math.gcd(g, coef)
