@@ -73,3 +73,25 @@ def test_kernels_launched_per_call():
   import torch_uop
   m = torch_uop.metrics()
   assert (m["kernels_compiled"], m["kernels_launched"]) == (2, 6)
+
+
+def test_expensive_activation_feeding_matmul_is_computed_once():
+  """GELU read by a matmul through a broadcast is realized, not recomputed for every output column."""
+  import torch_uop.debug
+  from torch_uop.core.uop import Ops
+  fn = lambda x, w1, w2: F.gelu(x @ w1) @ w2
+  args = (torch.randn(16, 8), torch.randn(8, 32), torch.randn(32, 24))
+  check_against_eager(fn, *args)
+  with torch_uop.debug.capture() as graphs:
+    torch._dynamo.reset()
+    torch.compile(fn, backend="uop")(*args)
+  for k in graphs[0].kernels:
+    nodes = k.ast.toposort()
+    if any(n.op is Ops.REDUCE for n in nodes):
+      reduced = [n for n in nodes if n.op is Ops.REDUCE][0].src[0].toposort()
+      assert not any(n.op is Ops.MATH and n.arg == "erf" for n in reduced), f"erf recomputed inside {k.name}'s reduction"
+
+
+def test_cheap_prologue_still_fuses_into_matmul():
+  """A scale on a matmul input is cheaper to recompute than to realize: one kernel."""
+  assert kernels(lambda a, b: (a * 0.5) @ b, torch.randn(16, 8), torch.randn(8, 12)) == 1
