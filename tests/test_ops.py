@@ -7,7 +7,6 @@ Families: elementwise math and type promotion, reductions, movement, creation, m
 convolution, and the neural-network ops (softmax, norms, pooling, attention, losses).
 """
 from __future__ import annotations
-import math
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,7 +15,6 @@ from helpers import check_against_eager, check_grads_against_eager
 
 nan, inf = float("nan"), float("inf")
 
-FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 ALL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool, torch.uint8]
 
 
