@@ -30,7 +30,7 @@ class TestSnapshots(expecttest.TestCase):
     self.assertExpectedInline(pretty(k.ast), """\
 %0 = DEFINE_GLOBAL:float32() 2
 %1 = CONST:int64() 4
-%2 = RANGE:int64(%1) (0, 'global')
+%2 = RANGE:int64(%1) (0, 'split')
 %3 = CONST:int64() 5
 %4 = MUL:int64(%2, %3)
 %5 = RANGE:int64(%3) (1, 'global')
@@ -47,17 +47,17 @@ class TestSnapshots(expecttest.TestCase):
     self.assertExpectedInline(g.sources[0], """\
 declare float @llvm.maximum.f32(float, float)
 
-define void @add_relu_k0(ptr noalias %b0, ptr noalias %b1, ptr noalias %b2) #0 {
+define void @add_relu_k0(ptr noalias %b0, ptr noalias %b1, ptr noalias %b2, i64 %lo, i64 %hi) #0 {
 entry:
   %r0.addr = alloca i64
   %r1.addr = alloca i64
   br label %start
 start:
-  store i64 0, ptr %r0.addr
+  store i64 %lo, ptr %r0.addr
   br label %r0.cond
 r0.cond:
   %r0 = load i64, ptr %r0.addr
-  %r0.c = icmp slt i64 %r0, 4
+  %r0.c = icmp slt i64 %r0, %hi
   br i1 %r0.c, label %r0.body, label %r0.exit
 r0.body:
   store i64 0, ptr %r1.addr
@@ -100,7 +100,7 @@ attributes #0 = { nounwind }
     self.assertExpectedInline(pretty(g.kernels[0].ast), """\
 %0 = DEFINE_GLOBAL:float32() 1
 %1 = CONST:int64() 4
-%2 = RANGE:int64(%1) (0, 'global')
+%2 = RANGE:int64(%1) (0, 'split')
 %3 = DEFINE_GLOBAL:float32() 0
 %4 = CONST:int64() 5
 %5 = MUL:int64(%2, %4)
@@ -113,18 +113,18 @@ attributes #0 = { nounwind }
     self.assertExpectedInline(g.sources[0], """\
 
 
-define void @row_sum_k0(ptr noalias %b0, ptr noalias %b1) #0 {
+define void @row_sum_k0(ptr noalias %b0, ptr noalias %b1, i64 %lo, i64 %hi) #0 {
 entry:
   %r0.addr = alloca i64
   %acc0 = alloca float
   %r1.addr = alloca i64
   br label %start
 start:
-  store i64 0, ptr %r0.addr
+  store i64 %lo, ptr %r0.addr
   br label %r0.cond
 r0.cond:
   %r0 = load i64, ptr %r0.addr
-  %r0.c = icmp slt i64 %r0, 4
+  %r0.c = icmp slt i64 %r0, %hi
   br i1 %r0.c, label %r0.body, label %r0.exit
 r0.body:
   %t1 = mul i64 %r0, 5
@@ -169,7 +169,7 @@ attributes #0 = { nounwind }
     self.assertExpectedInline(pretty(g.kernels[0].ast), """\
 %0 = DEFINE_GLOBAL:float32() 1
 %1 = CONST:int64() 3
-%2 = RANGE:int64(%1) (0, 'global')
+%2 = RANGE:int64(%1) (0, 'split')
 %3 = CONST:int64() 5
 %4 = MUL:int64(%2, %3)
 %5 = RANGE:int64(%3) (1, 'global')

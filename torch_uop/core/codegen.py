@@ -8,12 +8,14 @@ then for a reduction its accumulator, reduce loops, update and loop end, then th
 Nothing here knows about LLVM or torch.
 """
 from __future__ import annotations
+import itertools
 from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten
 from torch_uop.core.symbolic import symbolic
 from torch_uop.core.schedule import KernelItem
+from torch_uop.core.opt import KernelOpts, heuristic_opts
 
 IDX = dtypes.index
 
@@ -36,6 +38,8 @@ class Kernel:
   buffers: list            # slots in argument order; first is the output
   buffer_dtypes: list
   program: list            # linear UOps
+  opts: KernelOpts = None
+  split_size: int = 0      # iterations of the thread-split loop (0: the kernel has none)
 
 
 class _Evaluator:
@@ -116,20 +120,38 @@ def _strided(idxs, strides) -> UOp:
   return flat
 
 
-def build_kernel(item: KernelItem, name: str) -> Kernel:
+def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
+  """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position."""
   ev = _Evaluator(item)
   root = item.root
   out_shape = root.shape
-  idxs = tuple(_c(0) if s == 1 else UOp(Ops.RANGE, IDX, (_c(s),), (d, "global")) for d, s in enumerate(out_shape))
+  loops = []
+  for d, s in enumerate(out_shape):
+    f = opts.factor(d)
+    kind = "split" if d == opts.split_axis else "global"
+    loops.append(None if s == 1 else UOp(Ops.RANGE, IDX, (_c(s // f),), (d, kind)))
   out_buf = ev.buf(item.out_slot, root.dtype)
-  value = ev.eval(root, idxs, UOp.const(dtypes.bool, True))
-  # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same
-  # value is then stored once per aliasing index)
-  flat = _strided(idxs, item.buffers[item.out_slot].strides)
-  ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_buf, flat, value)),))
-  ast = graph_rewrite(ast, symbolic)
+  stores = []
+  for offsets in itertools.product(*[range(opts.factor(d)) for d in range(len(out_shape))]):
+    idxs = tuple(_c(0) if r is None else r if opts.factor(d) == 1 else r * _c(opts.factor(d)) + _c(o)
+                 for d, (r, o) in enumerate(zip(loops, offsets)))
+    value = ev.eval(root, idxs, UOp.const(dtypes.bool, True))
+    # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same
+    # value is then stored once per aliasing index)
+    flat = _strided(idxs, item.buffers[item.out_slot].strides)
+    stores.append(UOp(Ops.STORE, dtypes.void, (out_buf, flat, value)))
+  return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic), ev
+
+
+def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) -> Kernel:
+  if opts is None:
+    plain, _ = _kernel_ast(item, KernelOpts())
+    opts = heuristic_opts(item.root.shape, plain)
+  ast, ev = _kernel_ast(item, opts)
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
-  return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], linearize(ast))
+  split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "split"), None)
+  return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], linearize(ast), opts,
+                0 if split is None else split.src[0].arg)
 
 
 def _ranges_of(u: UOp, cache: dict) -> frozenset:
@@ -151,7 +173,9 @@ def linearize(sink: UOp) -> list[UOp]:
   for n in nodes: _ranges_of(n, rcache)
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
   reduce_ranges = list(reduces[0].src[1:]) if reduces else []
-  outer_ranges = sorted({r for n in nodes if n.op is Ops.RANGE for r in [n]} - set(reduce_ranges), key=lambda r: r.arg[0])
+  # output loops in axis order; the thread-split loop is outermost
+  outer_ranges = sorted({r for n in nodes if n.op is Ops.RANGE for r in [n]} - set(reduce_ranges),
+                        key=lambda r: (r.arg[1] != "split", r.arg[0]))
   after_reduce: dict = {}
 
   def depends_on_reduce(u: UOp) -> bool:

@@ -53,4 +53,5 @@ class CPUProgram:
       self.functions = {}
       for name, nargs in signatures.items():
         addr = self.engine.get_function_address(name)
-        self.functions[name] = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs))(addr)
+        # buffers, then the [lo, hi) bounds of the thread-split loop
+        self.functions[name] = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs), ctypes.c_int64, ctypes.c_int64)(addr)

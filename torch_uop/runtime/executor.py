@@ -21,6 +21,7 @@ from torch_uop.core.codegen import build_kernel
 from torch_uop.core.renderer.llvmir import render_llvm
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
 from torch_uop.runtime.cpu import CPUProgram
+from torch_uop.runtime import threads
 from torch_uop import counters as _metrics
 
 
@@ -88,8 +89,9 @@ class CompiledGraph:
       if isinstance(item, KernelItem):
         info = self.buffers[item.out_slot]
         k = kernel_of[id(item)]
+        n_threads = threads.threads_for(k.split_size, _kernel_work(k))
         steps.append(("kernel", (fn_of[id(item)], k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
-                                 math.prod(info.shape) == 0)))
+                                 math.prod(info.shape) == 0, k.split_size, n_threads)))
       else:
         steps.append(("fallback", item))
     self.steps = steps
@@ -144,9 +146,9 @@ class CompiledGraph:
     for spec, t in zip(self.inputs, args): bufs[spec.slot] = self._bind_input(spec, t)
     for i, (kind, payload) in enumerate(self.steps):
       if kind == "kernel":
-        fn, slots, out_slot, shape, strides, dtype, empty = payload
+        fn, slots, out_slot, shape, strides, dtype, empty, split_size, n_threads = payload
         bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype)
-        if not empty: fn(*[bufs[s].data_ptr() for s in slots])
+        if not empty: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, n_threads)
       else:
         self._run_fallback(payload, bufs)
       for s in self.release[i]: del bufs[s]
@@ -171,6 +173,14 @@ class CompiledGraph:
     result = op.target(*_substitute(op.args, tensors), **{k: _substitute(v, tensors) for k, v in op.kwargs.items()})
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     for k, s in item.out_slots.items(): bufs[s] = results[k].contiguous()
+
+
+def _kernel_work(k) -> int:
+  """Scalar operations one call of a kernel does, roughly: its loop trip counts times its body size."""
+  trips = 1
+  for u in k.program:
+    if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: trips *= u.src[0].arg
+  return trips * max(1, len(k.program))
 
 
 def _same_strides(shape: tuple, a: tuple, b: tuple) -> bool:

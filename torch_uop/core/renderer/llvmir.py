@@ -1,6 +1,7 @@
 """LLVM IR renderer: linear UOp program -> text of one LLVM function.
 
-The function takes one pointer per buffer (`ptr noalias`), in Kernel.buffers order. Loops are
+The function takes one pointer per buffer (`ptr noalias`), in Kernel.buffers order, then the bounds
+`[lo, hi)` of its thread-split loop (see core/opt.py). Loops are
 rendered with their counters and accumulators in allocas; LLVM's mem2reg/SROA turn them into
 phis, and its loop passes vectorize. Elementwise ops are table-driven: `_BINARY` for instructions,
 `MATH_FUNCTIONS` for intrinsics and libm calls. Bool is i1 in registers and i8 in memory.
@@ -126,13 +127,14 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
     elif op is Ops.RANGE:
       lid = f"r{len(loops)}"
       loops[u] = lid
+      split = u.arg[1] == "split"  # the thread-split loop runs [lo, hi), given by the caller
       f.allocas.append(f"%{lid}.addr = alloca i64")
-      f.emit(f"store i64 0, ptr %{lid}.addr")
+      f.emit(f"store i64 {'%lo' if split else 0}, ptr %{lid}.addr")
       f.emit(f"br label %{lid}.cond")
       f.label(f"{lid}.cond")
       f.names[u] = f"%{lid}"
       f.emit(f"%{lid} = load i64, ptr %{lid}.addr")
-      f.emit(f"%{lid}.c = icmp slt i64 %{lid}, {f.value(u.src[0])}")
+      f.emit(f"%{lid}.c = icmp slt i64 %{lid}, {'%hi' if split else f.value(u.src[0])}")
       f.emit(f"br i1 %{lid}.c, label %{lid}.body, label %{lid}.exit")
       f.label(f"{lid}.body")
     elif op is Ops.ENDRANGE:
@@ -195,7 +197,7 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
       f.names[u] = _render_alu(f, u)
   body = "\n".join(f.lines)
   allocas = "\n".join("  " + a for a in f.allocas)
-  args = ", ".join(f"ptr noalias %b{i}" for i in range(len(buffer_slots)))
+  args = ", ".join([f"ptr noalias %b{i}" for i in range(len(buffer_slots))] + ["i64 %lo", "i64 %hi"])
   decls = "\n".join(sorted(f.declares))
   return (f"{decls}\n\ndefine void @{name}({args}) #0 {{\nentry:\n{allocas}\n  br label %start\nstart:\n{body}\n"
           f"  ret void\n}}\n\nattributes #0 = {{ nounwind }}\n"
