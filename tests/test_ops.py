@@ -188,11 +188,12 @@ CAST_VALUES = torch.tensor([0.0, 1.0, -1.0, 2.75, -2.75, 100.5, 0.25, 127.0, -0.
 
 
 @pytest.mark.parametrize("src", ALL_DTYPES)
-@pytest.mark.parametrize("dst", ALL_DTYPES)
-def test_cast(src, dst):
-  x = CAST_VALUES.to(src)
-  if dst == torch.uint8 and src.is_floating_point: x = x.abs()  # negative float -> uint8 is undefined
-  check_against_eager(lambda t: t.to(dst), x)
+def test_cast(src):
+  """src -> every dtype, one graph per source."""
+  def fn(t):
+    # negative float -> uint8 is undefined behaviour: cast |t| there
+    return tuple((t.abs() if dst == torch.uint8 and src.is_floating_point else t).to(dst) for dst in ALL_DTYPES)
+  check_against_eager(fn, CAST_VALUES.to(src))
 
 
 def test_cast_special_float():
@@ -266,13 +267,9 @@ UNARY_FNS = {
 def test_unary_float(name, dtype):
   fn = UNARY_FNS[name]
   positive = name in ("log", "sqrt", "rsqrt", "log2")
-  x = make((7, 9), dtype, 0.05 if positive else -4, 4)
+  x = make((63,), dtype, 0.05 if positive else -4, 4)
+  x = torch.cat([x, special_values(dtype)])     # NaN, +-inf, signed zeros too
   check_against_eager(fn, x, **tol(dtype))
-
-
-@pytest.mark.parametrize("name", list(UNARY_FNS))
-def test_unary_special_values(name):
-  check_against_eager(UNARY_FNS[name], special_values())
 
 
 INT_UNARY = ["exp", "sqrt", "sin", "sigmoid", "abs", "neg", "sign", "floor", "round", "relu", "reciprocal", "tanh", "square", "erf"]
