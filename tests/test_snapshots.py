@@ -73,7 +73,7 @@ r1.body:
   %t4 = load float, ptr %t3
   %t5 = getelementptr inbounds float, ptr %b2, i64 %t2
   %t6 = load float, ptr %t5
-  %t7 = fadd float %t4, %t6
+  %t7 = fadd contract float %t4, %t6
   %t8 = call float @llvm.maximum.f32(float %t7, float 0x0000000000000000)
   %t9 = getelementptr inbounds float, ptr %b0, i64 %t2
   store float %t8, ptr %t9
@@ -91,6 +91,8 @@ r0.exit:
 attributes #0 = { nounwind }
 !0 = distinct !{!0, !1}
 !1 = !{!"llvm.loop.mustprogress"}
+!2 = distinct !{!2, !1, !3}
+!3 = !{!"llvm.loop.vectorize.enable", i1 false}
 """)
 
   def test_row_sum(self):
@@ -140,7 +142,7 @@ r1.body:
   %t3 = getelementptr inbounds float, ptr %b1, i64 %t2
   %t4 = load float, ptr %t3
   %t5 = load float, ptr %acc0
-  %t6 = fadd reassoc nsz float %t5, %t4
+  %t6 = fadd reassoc nsz contract float %t5, %t4
   store float %t6, ptr %acc0
   %r1.next = add nsw i64 %r1, 1
   store i64 %r1.next, ptr %r1.addr
@@ -159,6 +161,8 @@ r0.exit:
 attributes #0 = { nounwind }
 !0 = distinct !{!0, !1}
 !1 = !{!"llvm.loop.mustprogress"}
+!2 = distinct !{!2, !1, !3}
+!3 = !{!"llvm.loop.vectorize.enable", i1 false}
 """)
 
   def test_pad_flip_gated_load(self):

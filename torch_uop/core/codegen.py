@@ -43,8 +43,8 @@ class Kernel:
 
 
 class _Evaluator:
-  def __init__(self, item: KernelItem):
-    self.item = item
+  def __init__(self, item: KernelItem, opts: KernelOpts):
+    self.item, self.opts = item, opts
     self.args: dict[int, UOp] = {}  # slot -> DEFINE_GLOBAL
     self.memo: dict = {}
     self.reduce_ranges: tuple | None = None
@@ -86,7 +86,8 @@ class _Evaluator:
     if node.op is Ops.REDUCE_AXIS:
       op, axes = node.arg
       if self.reduce_ranges is None:
-        self.reduce_ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (100 + a, "reduce")) for a in axes)
+        kind = "reduce" if self.opts.vector_axis is None else "reduce_serial"
+        self.reduce_ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (100 + a, kind)) for a in axes)
         self.reduce_axes = axes
       assert self.reduce_axes == axes, "scheduler fused reductions over different axes"
       src_idxs = list(idxs)
@@ -122,7 +123,7 @@ def _strided(idxs, strides) -> UOp:
 
 def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
   """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position."""
-  ev = _Evaluator(item)
+  ev = _Evaluator(item, opts)
   root = item.root
   out_shape = root.shape
   loops = []

@@ -21,12 +21,31 @@ from torch_uop.core.uop import UOp, Ops
 class KernelOpts:
   upcast: tuple = ()          # ((axis, factor), ...)
   split_axis: int | None = None
+  vector_axis: int | None = None  # an upcast output axis SIMD runs along; the reduce loop then stays scalar
 
   def factor(self, axis: int) -> int: return dict(self.upcast).get(axis, 1)
 
 
 UPCAST_FACTOR = 4
+VECTOR_UPCAST = 16   # one AVX-512 register of float32 (two of AVX2)
 MAX_UPCAST_AXES = 2
+
+
+def _substitute(u: UOp, mapping: dict, cache: dict) -> UOp:
+  if u in mapping: return mapping[u]
+  if u not in cache: cache[u] = u.replace(src=tuple(_substitute(s, mapping, cache) for s in u.src)) if u.src else u
+  return cache[u]
+
+
+def stride_along(index: UOp, r: UOp, ranges: list) -> int | None:
+  """How far an affine index moves when loop r steps by one (None if that is not a constant)."""
+  from torch_uop.core.symbolic import simplify
+  from torch_uop.core.dtypes import dtypes
+  zero = {x: UOp.const(dtypes.index, 0) for x in ranges}
+  at0 = simplify(_substitute(index, zero, {}))
+  at1 = simplify(_substitute(index, {**zero, r: UOp.const(dtypes.index, 1)}, {}))
+  if at0.op is Ops.CONST and at1.op is Ops.CONST: return at1.arg - at0.arg
+  return None
 
 
 def _depends_on(u: UOp, r: UOp, cache: dict) -> bool:
@@ -38,19 +57,35 @@ def _depends_on(u: UOp, r: UOp, cache: dict) -> bool:
 def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
   nodes = plain_ast.toposort()
   ranges = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"}
-  has_reduce = any(n.op is Ops.REDUCE for n in nodes)
-  upcast = []
-  if has_reduce:
+  all_ranges = [n for n in nodes if n.op is Ops.RANGE]
+  reduces = [n for n in nodes if n.op is Ops.REDUCE]
+  upcast, vector_axis = [], None
+  if reduces:
     loads = [n for n in nodes if n.op is Ops.LOAD]
+    stores = [n for n in nodes if n.op is Ops.STORE]
     cache: dict = {}
-    # axes (innermost first) along which some load's address does not move: upcasting them reuses it
+    reduce_ranges = reduces[0].src[1:]
+
+    def contiguous_along(r: UOp, accesses) -> bool:
+      moving = [a for a in accesses if _depends_on(a.src[1], r, cache)]
+      return bool(moving) and all(stride_along(a.src[1], r, all_ranges) == 1 for a in moving)
+
+    # SIMD along the reduction when every load it moves is contiguous there (e.g. x @ w.T); otherwise
+    # along an output axis that the loads and the store walk contiguously (e.g. x @ w), by upcasting it
+    if not any(contiguous_along(r, loads) for r in reduce_ranges):
+      for axis in sorted(ranges, reverse=True):
+        size, r = out_shape[axis], ranges[axis]
+        if size % VECTOR_UPCAST == 0 and contiguous_along(r, loads + stores) and \
+           any(not _depends_on(ld.src[1], r, cache) for ld in loads):
+          upcast.append((axis, VECTOR_UPCAST)); vector_axis = axis
+          break
+    # register blocking: axes (innermost first) along which some load's address does not move
     for axis in sorted(ranges, reverse=True):
-      size = out_shape[axis]
-      if size < UPCAST_FACTOR or size % UPCAST_FACTOR: continue
-      r = ranges[axis]
+      if len(upcast) == MAX_UPCAST_AXES: break
+      size, r = out_shape[axis], ranges[axis]
+      if axis == vector_axis or size < UPCAST_FACTOR or size % UPCAST_FACTOR: continue
       if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and any(_depends_on(ld.src[1], r, cache) for ld in loads):
         upcast.append((axis, UPCAST_FACTOR))
-      if len(upcast) == MAX_UPCAST_AXES: break
   factors = dict(upcast)
   split = next((a for a in range(len(out_shape)) if out_shape[a] // factors.get(a, 1) >= 2), None)
-  return KernelOpts(tuple(sorted(upcast)), split)
+  return KernelOpts(tuple(sorted(upcast)), split, vector_axis)

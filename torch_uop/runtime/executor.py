@@ -9,6 +9,7 @@ eager layouts).
 """
 from __future__ import annotations
 import math
+import re
 import sys
 import time
 import torch
@@ -198,14 +199,17 @@ def _one_element_per_location(shape: tuple, strides: tuple) -> bool:
 
 
 def _merge_modules(sources: list[str]) -> str:
-  """Concatenate kernel functions into one module, declaring each external once."""
+  """Concatenate kernel functions into one module: each external declared once, each kernel's
+  numbered metadata shifted past the previous kernels'."""
   decls, bodies, meta = set(), [], []
-  for i, src in enumerate(sources):
-    for line in src.splitlines():
-      if line.startswith("declare "): decls.add(line)
-    body = "\n".join(l for l in src.splitlines() if not l.startswith("declare ") and not l.startswith("attributes")
-                     and not l.startswith("!"))
-    body = body.replace("!llvm.loop !0", f"!llvm.loop !{2 * i}")
-    bodies.append(body)
-    meta.append(f"!{2 * i} = distinct !{{!{2 * i}, !{2 * i + 1}}}\n!{2 * i + 1} = !{{!\"llvm.loop.mustprogress\"}}")
+  offset = 0
+  for src in sources:
+    lines = src.splitlines()
+    decls.update(l for l in lines if l.startswith("declare "))
+    mine = [l for l in lines if l.startswith("!")]
+    shift = lambda text, k=offset: re.sub(r"!(\d+)", lambda m: f"!{int(m.group(1)) + k}", text)
+    body = "\n".join(l for l in lines if not l.startswith(("declare ", "attributes", "!")))
+    bodies.append(re.sub(r"!llvm\.loop !(\d+)", lambda m: shift(m.group(0)), body))
+    meta.extend(shift(l) for l in mine)
+    offset += len(mine)
   return "\n".join(sorted(decls)) + "\n" + "\n".join(bodies) + "\nattributes #0 = { nounwind }\n" + "\n".join(meta) + "\n"

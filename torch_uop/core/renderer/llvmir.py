@@ -56,7 +56,9 @@ def render_const(v, dt: DType) -> str:
 def _binary(op: Ops, dt: DType, a: str, b: str) -> str:
   t = LLVM_TYPE[dt]
   if dt.is_float:
-    ins = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.MOD: "frem"}.get(op)
+    # contract: a multiply feeding an add may become one fused multiply-add (one rounding, as BLAS does)
+    ins = {Ops.ADD: "fadd contract", Ops.SUB: "fsub contract", Ops.MUL: "fmul contract", Ops.FDIV: "fdiv",
+           Ops.MOD: "frem"}.get(op)
     if ins: return f"{ins} {t} {a}, {b}"
     cmp = {Ops.CMPLT: "olt", Ops.CMPLE: "ole", Ops.CMPEQ: "oeq", Ops.CMPNE: "une"}.get(op)
     if cmp: return f"fcmp {cmp} {t} {a}, {b}"
@@ -141,7 +143,8 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
       lid = loops[u.src[0]]
       f.emit(f"%{lid}.next = add nsw i64 %{lid}, 1")
       f.emit(f"store i64 %{lid}.next, ptr %{lid}.addr")
-      f.emit(f"br label %{lid}.cond, !llvm.loop !0")
+      # !0: LLVM may vectorize this loop; !2: keep it scalar (SIMD runs across upcast outputs instead)
+      f.emit(f"br label %{lid}.cond, !llvm.loop !{2 if u.src[0].arg[1] == 'reduce_serial' else 0}")
       f.label(f"{lid}.exit")
     elif op is Ops.DEFINE_ACC:
       red = u.src[0]
@@ -159,7 +162,7 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
       update = _binary(u.arg, u.dtype, old, f.value(val))
       if u.dtype.is_float and u.arg in (Ops.ADD, Ops.MUL):
         # let LLVM reorder the accumulation so the reduce loop vectorizes (as eager's and Inductor's do)
-        update = update.replace("fadd ", "fadd reassoc nsz ", 1).replace("fmul ", "fmul reassoc nsz ", 1)
+        update = update.replace("fadd contract", "fadd reassoc nsz contract", 1).replace("fmul contract", "fmul reassoc nsz contract", 1)
       f.emit(f"{new} = {update}")
       f.emit(f"store {t} {new}, ptr {a}")
       _maybe_declare_minmax(f, u.arg, u.dtype)
@@ -201,7 +204,8 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
   decls = "\n".join(sorted(f.declares))
   return (f"{decls}\n\ndefine void @{name}({args}) #0 {{\nentry:\n{allocas}\n  br label %start\nstart:\n{body}\n"
           f"  ret void\n}}\n\nattributes #0 = {{ nounwind }}\n"
-          f"!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.mustprogress\"}}\n")
+          f"!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.mustprogress\"}}\n"
+          f"!2 = distinct !{{!2, !1, !3}}\n!3 = !{{!\"llvm.loop.vectorize.enable\", i1 false}}\n")
 
 
 def _maybe_declare_minmax(f: _Function, op: Ops, dt: DType):
