@@ -16,6 +16,7 @@ from torch_uop.core.shapetracker import unflatten
 from torch_uop.core.symbolic import symbolic
 from torch_uop.core.schedule import KernelItem
 from torch_uop.core.opt import KernelOpts, heuristic_opts
+from torch_uop.core.transcendental import transcendental
 
 IDX = dtypes.index
 
@@ -149,6 +150,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) ->
     plain, _ = _kernel_ast(item, KernelOpts())
     opts = heuristic_opts(item.root.shape, plain)
   ast, ev = _kernel_ast(item, opts)
+  ast = graph_rewrite(ast, transcendental)
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
   split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "split"), None)
   return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], linearize(ast), opts,
