@@ -4,11 +4,11 @@ Models: an MLP, a small CNN (conv, batchnorm, relu, maxpool, adaptive avgpool, l
 transformer block (embedding, layernorm, causal attention, GELU MLP, LM head). Each runs in two
 modes: inference (eval + no_grad) and a training step (forward, cross entropy, backward).
 
-For each (model, mode, backend) it reports the time per call (torch's default thread count; after
-warmup, the backends are timed in turn for several rounds of calls, and a backend's time is the
-median of its best round, so that other work on a small shared machine, which stalls torch's
-OpenMP threads, has to last through every round to distort it), the speedup vs eager (eager ms /
-compiled ms; >1 is faster), the cold compile time (first call minus a steady-state call), whether
+For each (model, mode, backend) it reports the time per call (torch's default thread count; every
+case is compiled and warmed up first, then rounds of timed calls go over every backend of every
+case in turn, and a time is the median of its best round, so that other work on a small shared
+machine, which stalls torch's threads, has to last through every round to distort it), the
+speedup vs eager (eager ms / compiled ms; >1 is faster), the cold compile time (first call minus a steady-state call), whether
 the first call matched eager (torch.testing.assert_close on outputs, and on all parameter gradients
 in training) and, for uop, the fallbacks reported by torch_uop.metrics(). It prints a table and writes JSON to
 benchmarks/results/.
@@ -167,35 +167,42 @@ def first_call(name: str, mode: str, backend: str, reference) -> tuple[dict, obj
   return row, call, first
 
 
-def measure_case(name: str, mode: str, backends: list[str], warmup: int, rounds: int, per_round: int) -> list[dict]:
-  """All backends for one (model, mode): first calls (compile, correctness) eager first, then warmup,
-  then `rounds` rounds that each time `per_round` calls of every backend in turn. A backend's time
-  is the median of its best round: every backend is timed in the same windows, and a burst of other
-  work on the machine must cover every round to distort a number."""
-  torch._dynamo.reset()
+def prepare_case(name: str, mode: str, backends: list[str], warmup: int) -> tuple[list[dict], dict]:
+  """All backends for one (model, mode): the first calls (compile, correctness), eager first, then
+  warmup calls. Returns the rows and {backend: timed callable}."""
   rows, calls, reference = [], {}, None
   for b in backends:
     row, call, first = first_call(name, mode, b, reference)
     if b == "eager": reference = first
     rows.append(row)
     if call is not None: calls[b] = call
-  samples = {b: [] for b in calls}
   for b, call in list(calls.items()):
     try: timed_calls(call, warmup)
     except Exception as e:
       next(r for r in rows if r["backend"] == b)["error"] = f"{type(e).__name__}: {e}"
-      del calls[b], samples[b]
+      del calls[b]
+  return rows, calls
+
+
+def time_rounds(cases: list[tuple[list[dict], dict]], rounds: int, per_round: int) -> None:
+  """Each round times `per_round` calls of every backend of every case in turn; a row's time is the
+  median of its best round. The rounds of one case are spread over the whole run, and its backends
+  are timed side by side, so a burst of other work on the machine (which stalls torch's threads)
+  has to last through every round to distort a number."""
+  samples = {id(row): [] for rows, calls in cases for row in rows if row["backend"] in calls}
   for _ in range(rounds):
-    for b, call in calls.items(): samples[b].append(timed_calls(call, per_round))
-  for row in rows:
-    if row["backend"] not in samples: continue
-    per = samples[row["backend"]]
-    every = [t for ts in per for t in ts]
-    row["ms"] = min(statistics.median(ts) for ts in per) * 1e3
-    row["median_all_ms"], row["min_ms"] = statistics.median(every) * 1e3, min(every) * 1e3
-    row["round_medians_ms"] = [round(statistics.median(ts) * 1e3, 4) for ts in per]
-    row["compile_s"] = max(row["first_call_s"] - row["ms"] / 1e3, 0.0) if row["backend"] != "eager" else None
-  return rows
+    for rows, calls in cases:
+      for row in rows:
+        if id(row) in samples: samples[id(row)].append(timed_calls(calls[row["backend"]], per_round))
+  for rows, calls in cases:
+    for row in rows:
+      if id(row) not in samples: continue
+      per = samples[id(row)]
+      every = [t for ts in per for t in ts]
+      row["ms"] = min(statistics.median(ts) for ts in per) * 1e3
+      row["median_all_ms"], row["min_ms"] = statistics.median(every) * 1e3, min(every) * 1e3
+      row["round_medians_ms"] = [round(statistics.median(ts) * 1e3, 4) for ts in per]
+      row["compile_s"] = max(row["first_call_s"] - row["ms"] / 1e3, 0.0) if row["backend"] != "eager" else None
 
 
 def one_time_setup(backend: str) -> float:
@@ -283,14 +290,19 @@ def main(argv=None) -> int:
             f"{setup[b]:.1f}s", flush=True)
 
   rows, descriptions = [], {}
-  for name in models:
+  torch._dynamo.reset()
+  cases = []
+  for name in models:  # compile everything first: the compiled models stay alive for the timing rounds
     descriptions[name] = make_case(name)[3]
     for mode in modes:
-      for row in measure_case(name, mode, backends, warmup, rounds, per_round):
-        rows.append(row)
-        status = row.get("error") or f"{row['ms']:.3f} ms" + (f", compile {row['compile_s']:.2f}s" if row.get("compile_s") is not None else "") \
-          + ("" if row.get("match", True) else ", MISMATCH")
+      rows_, calls = prepare_case(name, mode, backends, warmup)
+      for row in rows_:
+        status = row.get("error") or f"first call {row['first_call_s']:.2f}s" + ("" if row.get("match", True) else ", MISMATCH")
         print(f"  {name:4s} {mode:5s} {row['backend']:8s} {status}", flush=True)
+      cases.append((rows_, calls))
+      rows += rows_
+  print(f"# timing: {rounds} rounds x {per_round} calls of every backend of every case", flush=True)
+  time_rounds(cases, rounds, per_round)
   total_s = time.perf_counter() - t_start
 
   print()
