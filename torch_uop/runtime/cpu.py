@@ -1,10 +1,12 @@
 """CPU device: LLVM IR text -> native code through llvmlite, for the host CPU.
 
-`CPUProgram(source, names)` parses, verifies and optimizes (O3 pipeline with loop and SLP
+`CPUProgram(source, signatures)` parses, verifies and optimizes (O3 pipeline with loop and SLP
 vectorization) one module, JIT-compiles it with MCJIT for the host CPU and its features, and
 exposes each kernel (name -> number of buffer arguments) as a ctypes function taking one `void*`
-per buffer. Libm functions referenced by
-the IR resolve against the running process. It knows nothing of UOps or torch.
+per buffer and the bounds of its thread-split loop. The native object is kept in the disk cache
+(runtime/cache.py): a later process with the same IR skips optimization and code generation.
+Libm functions referenced by the IR resolve against the running process. It knows nothing of UOps
+or torch.
 """
 from __future__ import annotations
 import ctypes
@@ -12,6 +14,7 @@ import ctypes.util
 import functools
 import threading
 import llvmlite.binding as llvm
+from torch_uop.runtime import cache
 
 _lock = threading.Lock()
 
@@ -44,12 +47,18 @@ class CPUProgram:
   def __init__(self, source: str, signatures: dict[str, int], opt_level: int = 3):
     with _lock:
       tm = _target_machine()
+      cache_key = cache.key(source, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), str(opt_level),
+                            llvm.__name__ + getattr(llvm, "llvm_version_info", ("?",)).__repr__())
+      cached = cache.load(cache_key)
+      self.cache_hit = cached is not None
       mod = llvm.parse_assembly(source)
       mod.verify()
-      if opt_level: optimize(mod, tm, opt_level)
+      if opt_level and cached is None: optimize(mod, tm, opt_level)
       self.engine = llvm.create_mcjit_compiler(mod, _target_machine())
+      # MCJIT asks the cache before generating code and reports what it generated
+      self.engine.set_object_cache(lambda m, buf: cache.store(cache_key, buf), lambda m: cached)
       self.engine.finalize_object()
-      self.optimized_ir = str(mod)
+      self.optimized_ir = None if cached is not None else str(mod)
       self.functions = {}
       for name, nargs in signatures.items():
         addr = self.engine.get_function_address(name)

@@ -80,6 +80,7 @@ class CompiledGraph:
     if kernels:
       with _Timer("llvm"):
         self.program = CPUProgram(_merge_modules(sources), {k.name: len(k.buffers) for _, k in kernels}, opt_level)
+      if self.program.cache_hit: _metrics.state()["cache_hits"] += 1
     _metrics.state()["kernels_compiled"] += len(kernels)
 
     # plan the steps: (kind, payload) with buffer lifetimes
