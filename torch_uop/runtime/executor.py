@@ -123,6 +123,10 @@ class CompiledGraph:
       if self.debug >= 4: print(src, file=sys.stderr)
 
   def _bind_input(self, spec, t: torch.Tensor) -> torch.Tensor:
+    # the common case, checked cheaply: exactly the compiled dtype, shape and strides, on the CPU
+    if isinstance(t, torch.Tensor) and t.dtype is spec.dtype and t.shape == spec.shape and t.stride() == spec.strides \
+       and t.is_cpu:
+      return t
     if t is None and math.prod(spec.shape) == 0:
       return torch.empty(spec.shape, dtype=spec.dtype)  # AOTAutograd passes None for side-effect tokens
     if not isinstance(t, torch.Tensor):
@@ -146,17 +150,19 @@ class CompiledGraph:
     if boxed: args = args[0]
     bufs: dict = {}
     for spec, t in zip(self.inputs, args): bufs[spec.slot] = self._bind_input(spec, t)
-    for i, (kind, payload) in enumerate(self.steps):
+    for (kind, payload), release in zip(self.steps, self.release):
       if kind == "kernel":
         fn, slots, out_slot, shape, strides, dtype, empty, split_size, n_threads = payload
         bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype)
-        if not empty: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, n_threads)
+        if empty: pass
+        elif n_threads == 1: fn(*[bufs[s].data_ptr() for s in slots], 0, split_size or 1)
+        else: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, n_threads)
       else:
         self._run_fallback(payload, bufs)
-      for s in self.release[i]: del bufs[s]
-    st = _metrics.state()
+      for s in release: del bufs[s]
+    st = _metrics._state
     st["kernels_launched"] += self.n_kernels
-    st["fallback_steps_run"] += self.n_fallbacks
+    if self.n_fallbacks: st["fallback_steps_run"] += self.n_fallbacks
     outs = []
     for kind, v, shape in self.outputs:
       if kind == "tensor": outs.append(bufs[v].view(shape) if bufs[v].shape != shape else bufs[v])
