@@ -30,6 +30,10 @@ _EXTRA_DECOMPS = [
   aten.addmm, aten.mv, aten.dot, aten.tanh_backward, aten.sigmoid_backward, aten.threshold_backward,
   aten.silu, aten.silu_backward, aten.hardtanh, aten.leaky_relu, aten.elu, aten.log_sigmoid_forward,
   aten.mse_loss, aten.mse_loss_backward, aten._to_copy, aten.clamp_min, aten.clamp_max,
+  # OpInfo coverage: ops whose decompositions reach lowered ops
+  aten.addmv, aten.native_group_norm, aten.narrow_copy, aten.permute_copy, aten.unbind_copy, aten.as_strided_copy,
+  aten._batch_norm_with_update_functional, aten.ldexp, aten.dist, aten.max_pool3d_with_indices, aten.bucketize,
+  aten.grid_sampler_2d,
 ]
 
 # ops torch_uop lowers whole: keep them out of the table even if core ATen decomposes them

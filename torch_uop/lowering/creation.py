@@ -25,7 +25,8 @@ def full(ctx, *args, **kwargs):
 
 
 @register(aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default, aten.empty.memory_format,
-          aten.empty_like.default, aten.new_empty.default, aten.empty_strided.default, aten.new_empty_strided.default)
+          aten.empty_like.default, aten.new_empty.default, aten.empty_strided.default, aten.new_empty_strided.default,
+          aten.empty_permuted.default)
 def zeros(ctx, *args, **kwargs):
   _check_device(kwargs)
   return LT.full(ctx.shape, 0, ctx.dtype)

@@ -316,3 +316,35 @@ def index_put(ctx, x, indices, values, accumulate=False):
   last = hits.where(j, -1).max((x.ndim,), keepdim=True)                                 # the last write wins
   picked = v.gather_nd(tuple(range(x.ndim)) + (("idx", 0),), [last.maximum(0)])
   return (last >= 0).where(picked, x.unsqueeze(x.ndim)).reshape(x.shape)
+
+
+@register(aten.diagonal.default, aten.diagonal_copy.default)
+def diagonal(ctx, x, offset=0, dim1=0, dim2=1):
+  """x's diagonal along (dim1, dim2), as a gather: out[.., k] = x[.., k + max(-offset, 0), k + max(offset, 0)]."""
+  dim1, dim2 = dim1 % x.ndim, dim2 % x.ndim
+  shape = ctx.shape
+  n = shape[-1]
+  if n == 0 or x.numel() == 0: return LT.full(shape, 0, x.dtype)
+  k = LT.iota(n).reshape((1,) * (len(shape) - 1) + (n,)).broadcast_to(shape)
+  rest = [d for d in range(x.ndim) if d not in (dim1, dim2)]
+  sources = [None] * x.ndim
+  for j, d in enumerate(rest): sources[d] = j
+  sources[dim1], sources[dim2] = ("idx", 0), ("idx", 1)
+  return x.gather_nd(tuple(sources), [k + max(-offset, 0), k + max(offset, 0)])
+
+
+@register(aten.diagonal_scatter.default)
+def diagonal_scatter(ctx, x, src, offset=0, dim1=0, dim2=1):
+  """x with its diagonal along (dim1, dim2) replaced by src: each position of x on that diagonal reads
+  src at its diagonal index."""
+  dim1, dim2 = dim1 % x.ndim, dim2 % x.ndim
+  n = src.shape[-1]
+  if n == 0 or x.numel() == 0: return x
+  shape = x.shape
+  i = LT.iota(shape[dim1]).reshape(tuple(shape[dim1] if d == dim1 else 1 for d in range(x.ndim))).broadcast_to(shape)
+  j = LT.iota(shape[dim2]).reshape(tuple(shape[dim2] if d == dim2 else 1 for d in range(x.ndim))).broadcast_to(shape)
+  on = (j - i).eq(offset)
+  k = (i - max(-offset, 0)).maximum(0).minimum(n - 1)
+  rest = [d for d in range(x.ndim) if d not in (dim1, dim2)]
+  picked = src.cast(x.dtype).gather_nd(tuple(rest) + (("idx", 0),), [k])
+  return on.where(picked, x)

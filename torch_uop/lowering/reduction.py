@@ -152,3 +152,151 @@ def cumulative(ctx, x, dim, dtype=None):
   keep = (j <= i).broadcast_to(src.shape)
   out = keep.where(src, src.const_like(0 if is_sum else 1)).reduce(Ops.ADD if is_sum else Ops.MUL, (x.ndim,), False)
   return out.transpose(dim, x.ndim - 1).cast(ctx.dtype)
+
+
+def _prefix_mask(x: LT, dim: int):
+  """x moved to [.., i, j] (dim last, then a new axis j) and the bool mask j <= i."""
+  n = x.shape[dim]
+  moved = x.transpose(dim, x.ndim - 1)
+  lead = moved.shape[:-1]
+  src = moved.reshape((*lead, 1, n)).expand((*lead, n, n))
+  i = LT.iota(n).reshape((n, 1)).expand((n, n))
+  j = LT.iota(n).reshape((1, n)).expand((n, n))
+  return src, (j <= i).broadcast_to(src.shape), j.broadcast_to(src.shape)
+
+
+@register(aten.cummax.default, aten.cummin.default)
+def cummax(ctx, x, dim):
+  """Running max/min and the last index that holds it (NaN wins and sticks, as in eager)."""
+  is_max = ctx.node.target is aten.cummax.default
+  if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
+  dim %= x.ndim
+  if x.numel() == 0: return LT.full(ctx.shape_of(0), 0, x.dtype), LT.full(ctx.shape_of(1), 0, dtypes.int64)
+  acc = compute_dtype(x.dtype) if not x.dtype.is_bool else dtypes.int32
+  src, keep, j = _prefix_mask(x.cast(acc), dim)
+  low = acc.min() if is_max else acc.max()
+  m = keep.where(src, src.const_like(low)).reduce(Ops.MAX if is_max else Ops.MIN, (x.ndim,), True)
+  hit = keep & src.eq(m)
+  if acc.is_float: hit = hit | (keep & src.isnan() & m.isnan())
+  idx = hit.where(j, -1).reduce(Ops.MAX, (x.ndim,), False)
+  vals = m.reshape(idx.shape)
+  return vals.transpose(dim, x.ndim - 1).cast(x.dtype), idx.transpose(dim, x.ndim - 1)
+
+
+@register(aten.logcumsumexp.default)
+def logcumsumexp(ctx, x, dim):
+  if x.ndim == 0: return x.cast(ctx.dtype)
+  dim %= x.ndim
+  if x.numel() == 0: return x.cast(ctx.dtype)
+  acc = compute_dtype(ctx.dtype)
+  src, keep, _ = _prefix_mask(x.cast(acc), dim)
+  m = keep.where(src, -math.inf).reduce(Ops.MAX, (x.ndim,), True)
+  m_safe = m.math("abs").eq(math.inf).where(0.0, m)
+  e = keep.where((src - m_safe).exp(), 0.0).reduce(Ops.ADD, (x.ndim,), True)
+  out = (e.log() + m_safe).reshape(src.shape[:-1])
+  return out.transpose(dim, x.ndim - 1).cast(ctx.dtype)
+
+
+def _sort_last(x: LT, descending: bool):
+  """Stable sort along the last dim by rank counting: rank(i) = #{j ordered before i} (NaN is the
+  largest, as in eager). Returns (sorted values, int64 indices)."""
+  n = x.shape[-1]
+  acc = compute_dtype(x.dtype) if not x.dtype.is_bool else dtypes.int32
+  xs = x.cast(acc)
+  lead = x.shape[:-1]
+  full = (*lead, n, n)                                              # [.., i, j]
+  a = xs.reshape((*lead, n, 1)).broadcast_to(full)
+  b = xs.reshape((*lead, 1, n)).broadcast_to(full)
+  before = (b > a) if descending else (b < a)
+  same = b.eq(a)
+  if acc.is_float:
+    an, bn = a.isnan(), b.isnan()
+    # NaN is the largest: first when descending, last when ascending
+    before = (before | (bn & an.logical_not())) if descending else (before | (an & bn.logical_not()))
+    same = same | (an & bn)
+  i = LT.iota(n).reshape((n, 1)).broadcast_to(full)
+  j = LT.iota(n).reshape((1, n)).broadcast_to(full)
+  rank = (before | (same & (j < i))).cast(dtypes.int64).reduce(Ops.ADD, (len(lead) + 1,), False)   # [.., n(i)]
+  # idx[k] = the i whose rank is k
+  r = rank.reshape((*lead, 1, n)).broadcast_to(full)                 # [.., k, i]
+  k = LT.iota(n).reshape((n, 1)).broadcast_to(full)
+  idx = r.eq(k).where(j, 0).reduce(Ops.ADD, (len(lead) + 1,), False)
+  return x.gather(x.ndim - 1, idx), idx
+
+
+# rank counting is O(n^2) per row: longer rows fall back to eager's sort
+MAX_SORT_LEN = 2048
+
+
+def _sort(x: LT, dim: int, descending: bool, stable: bool = True):
+  """Stable sort along dim. With stable=False eager's order of equal elements is its own
+  (introsort, quickselect): integer and bool inputs, where ties are common, fall back then."""
+  if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
+  dim %= x.ndim
+  if x.shape[dim] > MAX_SORT_LEN: raise Unsupported(f"sorting {x.shape[dim]} elements by rank counting (O(n^2))")
+  if not stable and not x.dtype.is_float and x.shape[dim] > 1: raise Unsupported("unstable sort of integers: eager's tie order")
+  if x.numel() == 0 or x.shape[dim] == 1:
+    return x, LT.full(x.shape, 0, dtypes.int64)
+  moved = x.transpose(dim, x.ndim - 1)
+  v, i = _sort_last(moved, descending)
+  return v.transpose(dim, x.ndim - 1), i.transpose(dim, x.ndim - 1)
+
+
+@register(aten.sort.default, aten.sort.stable)
+def sort(ctx, x, *args, **kwargs):
+  if ctx.node.target is aten.sort.stable:
+    dim, descending = kwargs.get("dim", -1), kwargs.get("descending", False)
+    return _sort(x, dim, descending, bool(kwargs.get("stable")))
+  dim = args[0] if args else kwargs.get("dim", -1)
+  descending = args[1] if len(args) > 1 else kwargs.get("descending", False)
+  return _sort(x, dim, descending, False)
+
+
+@register(aten.topk.default)
+def topk(ctx, x, k, dim=-1, largest=True, sorted=True):
+  if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
+  dim %= x.ndim
+  v, i = _sort(x, dim, largest, False)
+  return v.slice(dim, 0, k), i.slice(dim, 0, k)
+
+
+@register(aten.kthvalue.default)
+def kthvalue(ctx, x, k, dim=-1, keepdim=False):
+  if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
+  dim %= x.ndim
+  v, i = _sort(x, dim, False, False)
+  v, i = v.slice(dim, k - 1, k), i.slice(dim, k - 1, k)
+  if not keepdim: v, i = v.squeeze_dims((dim,)), i.squeeze_dims((dim,))
+  return v, i
+
+
+def _median(x: LT, dim: int, keepdim: bool, ignore_nan: bool):
+  """The lower median along dim (NaN if any is NaN, unless ignore_nan: then of the non-NaN values)."""
+  v, i = _sort(x, dim, False)
+  n = x.shape[dim]
+  if ignore_nan and x.dtype.is_float:
+    cnt = x.isnan().logical_not().cast(dtypes.int64).reduce(Ops.ADD, (dim,), True)
+    pos = ((cnt - 1).maximum(0)).alu(Ops.IDIV, LT.full(cnt.shape, 2, dtypes.int64))
+  else:
+    pos = LT.full(tuple(1 if d == dim else s for d, s in enumerate(x.shape)), (n - 1) // 2, dtypes.int64)
+    if x.dtype.is_float:  # a NaN sorts last: the median is the first NaN
+      has_nan = x.isnan().reduce(Ops.MAX, (dim,), True)
+      cnt = x.isnan().logical_not().cast(dtypes.int64).reduce(Ops.ADD, (dim,), True)
+      pos = has_nan.where(cnt, pos)
+  mv, mi = v.gather(dim, pos), i.gather(dim, pos)
+  if not keepdim: mv, mi = mv.squeeze_dims((dim,)), mi.squeeze_dims((dim,))
+  return mv, mi
+
+
+@register(aten.median.dim, aten.nanmedian.dim)
+def median_dim(ctx, x, dim=0, keepdim=False):
+  if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
+  if x.numel() == 0: raise Unsupported("median of an empty tensor")
+  return _median(x, dim % x.ndim, keepdim, ctx.node.target is aten.nanmedian.dim)
+
+
+@register(aten.median.default, aten.nanmedian.default)
+def median_all(ctx, x):
+  if x.numel() == 0: raise Unsupported("median of an empty tensor")
+  v, _ = _median(x.reshape((x.numel(),)), 0, False, ctx.node.target is aten.nanmedian.default)
+  return v
