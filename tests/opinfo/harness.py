@@ -56,6 +56,39 @@ def _to_tuple(x):
   return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
+def _upcast(x, dtype):
+  if isinstance(x, torch.Tensor) and x.dtype == dtype: return x.to(torch.float64)
+  if isinstance(x, (list, tuple)): return type(x)(_upcast(a, dtype) for a in x)
+  if isinstance(x, dict): return {k: _upcast(v, dtype) for k, v in x.items()}
+  return x
+
+
+def _rmse(a, b) -> float:
+  a, b = a.double(), b.double()
+  finite = torch.isfinite(a) & torch.isfinite(b)
+  return float(((a - b)[finite] ** 2).mean().sqrt()) if finite.any() else 0.0
+
+
+def _as_accurate_as_eager(fn, sample, dtype, actual, expected) -> bool:
+  """For half types: eager rounds intermediates to half where torch_uop computes fused in float32, so
+  the two can differ by a few ulps. Accept the result when it is no further from a float64 reference than
+  eager is (the check inductor's tests use): rmse(actual, ref64) <= 2 * rmse(eager, ref64) + 1e-5, with
+  the same non-finite values as eager."""
+  if dtype not in (torch.float16, torch.bfloat16): return False
+  try:
+    ref = fn(_upcast(sample.input, dtype), *_upcast(sample.args, dtype), **_upcast(sample.kwargs, dtype))
+  except Exception: return False
+  for a, e, r in zip(_to_tuple(actual), _to_tuple(expected), _to_tuple(ref)):
+    if not isinstance(e, torch.Tensor) or not e.is_floating_point():
+      try: torch.testing.assert_close(a, e, equal_nan=True, check_layout=False)
+      except Exception: return False
+      continue
+    if not isinstance(a, torch.Tensor) or a.shape != e.shape or a.dtype != e.dtype: return False
+    if not torch.equal(torch.isfinite(a), torch.isfinite(e)): return False
+    if _rmse(a, r) > 2 * _rmse(e, r) + 1e-5: return False
+  return True
+
+
 def run_sample(opinfo, sample, dtype, index: int) -> SampleResult:
   name = opinfo.name
   variant = opinfo.variant_test_name
@@ -86,7 +119,8 @@ def run_sample(opinfo, sample, dtype, index: int) -> SampleResult:
       torch.testing.assert_close(actual, expected, equal_nan=True, check_device=True, check_layout=False, **_tolerances(dtype))
     else: _same_meta(actual, expected)
   except Exception as e:
-    return SampleResult(name, variant, str(dtype), index, "fail", f"mismatch: {str(e)[:300]}", tuple(m["nodes_fallen_back"]))
+    if not (_values_defined(name) and _as_accurate_as_eager(fn, sample, dtype, actual, expected)):
+      return SampleResult(name, variant, str(dtype), index, "fail", f"mismatch: {str(e)[:300]}", tuple(m["nodes_fallen_back"]))
   native = m["fallback_nodes_total"] == 0 and m["graphs_fallen_back"] == 0
   return SampleResult(name, variant, str(dtype), index, "native" if native else "fallback", "", tuple(m["nodes_fallen_back"]))
 

@@ -7,7 +7,8 @@ import math
 import torch
 from torch_uop.core.dtypes import dtypes
 from torch_uop.lowering.registry import register, Unsupported
-from torch_uop.lowering.tensor import LT
+from torch_uop.core.uop import Ops
+from torch_uop.lowering.tensor import LT, compute_dtype
 
 aten = torch.ops.aten
 
@@ -348,3 +349,60 @@ def diagonal_scatter(ctx, x, src, offset=0, dim1=0, dim2=1):
   rest = [d for d in range(x.ndim) if d not in (dim1, dim2)]
   picked = src.cast(x.dtype).gather_nd(tuple(rest) + (("idx", 0),), [k])
   return on.where(picked, x)
+
+
+@register(aten.scatter_reduce.two, aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_reduce(ctx, x, dim, index, src, reduce, include_self=True):
+  """x with, at each position, the reduction of the src entries whose index names it (and of x's own
+  value with include_self). As scatter: a masked reduction over the index entries, no scatter."""
+  if x.ndim == 0:
+    one = lambda t: t.reshape((1,)) if isinstance(t, LT) else t
+    return scatter_reduce(ctx, one(x), 0, one(index), one(src), reduce, include_self).reshape(())
+  reduce = {"add": "sum", "multiply": "prod"}.get(reduce, reduce)   # scatter.reduce's names
+  dim %= x.ndim
+  if index.numel() == 0: return x
+  hits = _scatter_hits(x, dim, index)
+  full = hits.shape
+  acc = compute_dtype(x.dtype) if not x.dtype.is_bool else dtypes.bool
+  if isinstance(src, LT):
+    src_v = src.shrink([(0, s) for s in index.shape]).cast(acc)
+    pads = [(0, 0) if d == dim else (0, x.shape[d] - index.shape[d]) for d in range(x.ndim)]
+    src_v = src_v.pad(pads).unsqueeze(x.ndim).transpose(dim, x.ndim).broadcast_to(full)
+  else: src_v = LT.full(full, src, acc)
+  xa = x.cast(acc)
+  ax = (x.ndim,)
+  any_hit = hits.max(ax, keepdim=False)
+  if reduce in ("sum", "mean"):
+    total = hits.where(src_v, 0).sum(ax, keepdim=False)
+    if acc.is_bool: total = hits.where(src_v, False).max(ax, keepdim=False)
+    out = (xa | total if acc.is_bool else xa + total) if include_self else total
+    if reduce == "mean":
+      count = hits.cast(acc).sum(ax, keepdim=False) + (1 if include_self else 0)
+      count = count.maximum(1)
+      out = out / count if acc.is_float else _floor_div(out, count)
+  elif reduce == "prod":
+    out = hits.where(src_v, 1).reduce(Ops.MUL, ax, keepdim=False)
+    if include_self: out = xa * out
+  elif reduce in ("amax", "amin"):
+    op = Ops.MAX if reduce == "amax" else Ops.MIN
+    ident = acc.min() if reduce == "amax" else acc.max()
+    if acc.is_float: ident = -math.inf if reduce == "amax" else math.inf
+    out = hits.where(src_v, ident).reduce(op, ax, keepdim=False)
+    if include_self: out = xa.alu(op, out)
+  else: raise Unsupported(f"scatter reduce {reduce}")
+  return any_hit.where(out, xa).cast(x.dtype)
+
+
+def _floor_div(a: LT, b: LT) -> LT:
+  q = a.alu(Ops.IDIV, b)
+  r = a.alu(Ops.MOD, b)
+  return (r.ne(0) & (r < 0).ne(b < 0)).where(q - 1, q)
+
+
+@register(aten.index_reduce.default)
+def index_reduce(ctx, x, dim, index, source, reduce, include_self=True):
+  """index_reduce along dim: index [m] names the output row of each of source's m rows."""
+  if x.ndim == 0: x, source, dim = x.reshape((1,)), source.reshape((1,)), 0
+  dim %= x.ndim
+  idx = index.reshape(tuple(-1 if d == dim else 1 for d in range(x.ndim))).broadcast_to(source.shape)
+  return scatter_reduce(ctx, x, dim, idx, source, reduce, include_self).reshape(ctx.shape)
