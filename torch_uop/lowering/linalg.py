@@ -154,3 +154,47 @@ def convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation,
   if output_mask[2]:
     grad_bias = g.sum((0, *range(2, 2 + nd)), keepdim=False).cast(ctx.dtype_of(2))
   return grad_input, grad_weight, grad_bias
+
+
+@register(aten.addbmm.default)
+def addbmm(ctx, x, b1, b2, beta=1, alpha=1):
+  out = matmul(b1, b2).sum((0,), keepdim=False)
+  if alpha != 1: out = out * alpha
+  if beta != 0:
+    xx = x.cast(out.dtype).broadcast_to(out.shape)
+    out = out + (xx * beta if beta != 1 else xx)
+  return out.cast(ctx.dtype)
+
+
+def _pnorm(d: LT, p, axis: int) -> LT:
+  a = d.math("abs")
+  if p == 0: return a.ne(0).cast(a.dtype).sum((axis,), keepdim=False)
+  if p == float("inf"): return a.max((axis,), keepdim=False)
+  if p == 1: return a.sum((axis,), keepdim=False)
+  if p == 2: return (a * a).sum((axis,), keepdim=False).sqrt()
+  return a.math("pow", a.const_like(float(p))).sum((axis,), keepdim=False).math("pow", float(1.0 / p))
+
+
+@register(aten._cdist_forward.default)
+def cdist(ctx, x1, x2, p, compute_mode=None):
+  """[.., P, M] x [.., R, M] -> [.., P, R] p-norm distances of every pair."""
+  acc = compute_dtype(ctx.dtype)
+  *batch, pn, m = x1.shape
+  r = x2.shape[-2]
+  batch = tuple(ctx.shape[:-2])
+  full = (*batch, pn, r, m)
+  a = x1.cast(acc).reshape((*x1.shape[:-2], pn, 1, m)).broadcast_to(full)
+  b = x2.cast(acc).reshape((*x2.shape[:-2], 1, r, m)).broadcast_to(full)
+  return _pnorm(a - b, p, len(full) - 1).cast(ctx.dtype)
+
+
+@register(aten._pdist_forward.default)
+def pdist(ctx, x, p=2):
+  """[N, M] -> the distances of the pairs i < j, in row-major order."""
+  from torch_uop.lowering.movement import cat
+  n, m = x.shape
+  if n < 2: return LT.full(ctx.shape, 0, ctx.dtype)
+  acc = compute_dtype(ctx.dtype)
+  xa = x.cast(acc)
+  d = _pnorm(xa.reshape((n, 1, m)).broadcast_to((n, n, m)) - xa.reshape((1, n, m)).broadcast_to((n, n, m)), p, 2)
+  return cat(ctx, [d.slice(0, i, i + 1).slice(1, i + 1, n).reshape((n - i - 1,)) for i in range(n - 1)], 0).cast(ctx.dtype)

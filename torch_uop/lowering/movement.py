@@ -406,3 +406,11 @@ def index_reduce(ctx, x, dim, index, source, reduce, include_self=True):
   dim %= x.ndim
   idx = index.reshape(tuple(-1 if d == dim else 1 for d in range(x.ndim))).broadcast_to(source.shape)
   return scatter_reduce(ctx, x, dim, idx, source, reduce, include_self).reshape(ctx.shape)
+
+
+@register(aten.put.default)
+def put(ctx, x, index, source, accumulate=False):
+  """x.put_(index, source): index_put on x flattened."""
+  flat = x.reshape((x.numel(),))
+  out = index_put(ctx, flat, [index.reshape((index.numel(),))], source.reshape((source.numel(),)), accumulate)
+  return out.reshape(x.shape)

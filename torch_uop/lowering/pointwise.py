@@ -352,3 +352,49 @@ def signbit(ctx, a):
 @register(aten.isinf.default)
 def isinf(ctx, a):
   return elementwise(ctx, ALWAYS_BOOL, lambda x: x.math("abs").eq(math.inf) if x.dtype.is_float else x.const_like(False, dtypes.bool), a)
+
+
+@register(aten.angle.default)
+def angle(ctx, a):
+  """The argument of a real number: pi for negatives, 0 otherwise, NaN stays NaN."""
+  def f(x):
+    out = (x < 0).where(x.const_like(math.pi), x.const_like(0.0))
+    return x.isnan().where(x, out) if x.dtype.is_float else out
+  return elementwise(ctx, INT_TO_FLOAT, f, a)
+
+
+def _int_of(dt: DType) -> DType: return {4: dtypes.int32, 8: dtypes.int64}[dt.itemsize]
+
+
+@register(aten.nextafter.default)
+def nextafter(ctx, a, b):
+  """The next representable value after a towards b: one step of a's bit pattern."""
+  if ctx.dtype not in (dtypes.float32, dtypes.float64): raise Unsupported("nextafter of half types")
+  def f(x, y):
+    it = _int_of(x.dtype)
+    bits = x.bitcast(it)
+    up = (x < y).where(bits.const_like(1), bits.const_like(-1))
+    nxt = (bits + (x.eq(0).where(up, (x < y).eq(x > 0).where(bits.const_like(1), bits.const_like(-1))))).bitcast(x.dtype)
+    tiny = x.eq(0).where(up.cast(x.dtype) * LT.full(x.shape, 1, it).bitcast(x.dtype), nxt)   # +-smallest subnormal
+    out = x.eq(y).where(y, tiny)
+    return (x.isnan() | y.isnan()).where(x + y, out)
+  return elementwise(ctx, DEFAULT, f, a, b)
+
+
+@register(aten.frexp.Tensor)
+def frexp(ctx, a):
+  """mantissa in [0.5, 1) (sign of x) and exponent with x = mantissa * 2**exponent, from the bits;
+  subnormals are scaled by 2**64 first. Zero, inf and NaN give (x, 0)."""
+  out_dt = ctx.dtype_of(0)
+  x = a.cast(compute_dtype(out_dt))
+  it = _int_of(x.dtype)
+  mbits, bias = (23, 126) if x.dtype == dtypes.float32 else (52, 1022)
+  emask = (1 << (8 * x.dtype.itemsize - 1 - mbits)) - 1
+  sub = x.math("abs") < (2.0 ** (1 - bias))
+  xs = sub.where(x * (2.0 ** 64), x)
+  bits = xs.bitcast(it)
+  efield = bits.alu(Ops.SHR, bits.const_like(mbits)) & emask
+  e = efield - bias - sub.where(efield.const_like(64), efield.const_like(0))
+  m = ((bits & ~(emask << mbits)) | (bias << mbits)).bitcast(x.dtype)
+  special = x.eq(0) | x.isnan() | x.math("abs").eq(math.inf)
+  return special.where(x, m).cast(out_dt), special.where(e.const_like(0), e).cast(dtypes.int32)

@@ -300,3 +300,46 @@ def median_all(ctx, x):
   if x.numel() == 0: raise Unsupported("median of an empty tensor")
   v, _ = _median(x.reshape((x.numel(),)), 0, False, ctx.node.target is aten.nanmedian.default)
   return v
+
+
+@register(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(ctx, seq, values, *, out_int32=False, right=False, side=None, sorter=None):
+  """The insertion point of each value: the number of boundaries below it (<= it with right=True),
+  counted as one reduction over the boundaries."""
+  right = right or side == "right"
+  if sorter is not None: seq = seq.gather(seq.ndim - 1, sorter)
+  v = values if isinstance(values, LT) else LT.full((), values, seq.dtype)
+  m = seq.shape[-1]
+  acc = compute_dtype(seq.dtype)
+  if seq.ndim == 1:
+    full = (*v.shape, m)
+    b = seq.cast(acc).reshape((1,) * v.ndim + (m,)).broadcast_to(full)
+  else:
+    full = (*v.shape, m)
+    b = seq.cast(acc).reshape(seq.shape[:-1] + (1, m)).broadcast_to(full)
+  vv = v.cast(acc).unsqueeze(v.ndim).broadcast_to(full)
+  below = (b <= vv) if right else (b < vv)
+  if acc.is_float and not right: below = below | (vv.isnan() & b.isnan().logical_not())
+  if acc.is_float and right: below = below | vv.isnan()
+  return below.cast(dtypes.int64).reduce(Ops.ADD, (v.ndim,), False).cast(ctx.dtype)
+
+
+@register(aten.histc.default)
+def histc(ctx, x, bins=100, min=0, max=0):
+  """Counts per equal-width bin over [min, max] (the data's range when min == max)."""
+  acc = compute_dtype(ctx.dtype)
+  flat = x.cast(acc).reshape((x.numel(),))
+  n = flat.shape[0]
+  if n == 0: return LT.full((bins,), 0, ctx.dtype)
+  if min == max:
+    lo, hi = flat.reduce(Ops.MIN, (0,), True), flat.reduce(Ops.MAX, (0,), True)
+    same = lo.eq(hi)
+    lo, hi = same.where(lo - 1, lo), same.where(hi + 1, hi)
+  else: lo, hi = LT.full((1,), float(min), acc), LT.full((1,), float(max), acc)
+  lo, hi = lo.broadcast_to((n,)), hi.broadcast_to((n,))
+  pos = ((flat - lo) * float(bins) / (hi - lo)).cast(dtypes.int64)
+  pos = pos.eq(bins).where(pos.const_like(bins - 1), pos)
+  inside = (flat >= lo) & (flat <= hi)
+  pos = inside.where(pos, pos.const_like(-1))
+  hit = pos.reshape((1, n)).broadcast_to((bins, n)).eq(LT.iota(bins).reshape((bins, 1)).broadcast_to((bins, n)))
+  return hit.cast(acc).reduce(Ops.ADD, (1,), False).cast(ctx.dtype)
