@@ -26,7 +26,7 @@ _EXTRA_DECOMPS = [
   aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
   aten.native_batch_norm_backward, aten.gelu, aten.gelu_backward,
   aten.nll_loss_forward, aten.nll_loss_backward,
-  aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward, aten.avg_pool2d, aten.avg_pool2d_backward,
+  aten._adaptive_avg_pool2d_backward, aten.avg_pool2d, aten.avg_pool2d_backward,
   aten.addmm, aten.mv, aten.dot, aten.tanh_backward, aten.sigmoid_backward, aten.threshold_backward,
   aten.silu, aten.silu_backward, aten.hardtanh, aten.leaky_relu, aten.elu, aten.log_sigmoid_forward,
   aten.mse_loss, aten.mse_loss_backward, aten._to_copy, aten.clamp_min, aten.clamp_max,
@@ -38,7 +38,8 @@ _EXTRA_DECOMPS = [
 
 # ops torch_uop lowers whole: keep them out of the table even if core ATen decomposes them
 _KEEP_WHOLE = {aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
-               aten.embedding_dense_backward.default, aten.embedding.default,
+               aten.embedding_dense_backward.default, aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default,
+               aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default, aten.embedding.default,
                aten._scaled_dot_product_flash_attention_for_cpu.default,
                aten._scaled_dot_product_flash_attention_for_cpu_backward.default}
 

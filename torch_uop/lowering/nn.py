@@ -253,3 +253,61 @@ def sdpa_flash_cpu(ctx, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None,
   out = matmul(p, v.cast(acc))
   lse = (m_safe + total.log()).squeeze_dims((-1,))
   return out.cast(ctx.dtype_of(0)), lse.cast(ctx.dtype_of(1))
+
+
+def _adaptive_mask(size: int, out: int) -> LT:
+  """[size, out] bool: input position s lies in output window o = [o*S//O, ceil((o+1)*S/O))."""
+  o = LT.iota(out)
+  start, end = (o * size).alu(Ops.IDIV, out), ((o + 1) * size + out - 1).alu(Ops.IDIV, out)
+  pos = LT.iota(size).reshape((size, 1)).broadcast_to((size, out))
+  return (start.reshape((1, out)).broadcast_to((size, out)) <= pos) & (pos < end.reshape((1, out)).broadcast_to((size, out)))
+
+
+def _windowed(cur: LT, axis: int, out: int):
+  """cur [.., S, ..] -> ([.., S, O, ..] view of cur, [.., S, O, ..] window mask) along axis."""
+  size = cur.shape[axis]
+  full = cur.shape[:axis + 1] + (out,) + cur.shape[axis + 1:]
+  xv = cur.unsqueeze(axis + 1).broadcast_to(full)
+  mask = _adaptive_mask(size, out).reshape(tuple(size if d == axis else out if d == axis + 1 else 1 for d in range(len(full))))
+  return xv, mask.broadcast_to(full)
+
+
+@register(aten._adaptive_avg_pool3d.default, aten._adaptive_avg_pool2d.default)
+def adaptive_avg_pool(ctx, x, output_size):
+  """Adaptive average pooling is separable: average over each spatial dim's windows in turn."""
+  k = len(output_size)
+  acc = compute_dtype(x.dtype)
+  cur = x.cast(acc)
+  for i in range(k):
+    axis = x.ndim - k + i
+    xv, mask = _windowed(cur, axis, output_size[i])
+    total = mask.where(xv, 0.0).sum((axis,), keepdim=False)
+    count = mask.cast(acc).sum((axis,), keepdim=False)
+    cur = total / count
+  return cur.cast(ctx.dtype)
+
+
+@register(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def adaptive_max_pool(ctx, x, output_size):
+  """Separable max over each spatial dim's windows, last dim first, carrying the flat index of the
+  first maximum (row-major, as eager scans the window)."""
+  k = len(output_size)
+  if x.numel() == 0: raise Unsupported("empty adaptive max pool")
+  cur, flat = x, None
+  stride = 1
+  for i in reversed(range(k)):
+    axis = x.ndim - k + i
+    size = x.shape[axis]
+    xv, mask = _windowed(cur, axis, output_size[i])
+    low = -math.inf if x.dtype.is_float else x.dtype.min()
+    m = mask.where(xv, low).reduce(Ops.MAX, (axis,), True)
+    hit = mask & xv.eq(m.broadcast_to(xv.shape))
+    pos = LT.iota(size).reshape(tuple(size if d == axis else 1 for d in range(xv.ndim))).broadcast_to(xv.shape)
+    sel = hit.where(pos, size).reduce(Ops.MIN, (axis,), False).minimum(size - 1)      # [.., O, ..]
+    if flat is None: flat = sel
+    else:
+      inner = flat.gather_nd(tuple(("idx", 0) if d == axis else d for d in range(flat.ndim)), [sel])
+      flat = sel * stride + inner
+    stride *= size
+    cur = m.squeeze_dims((axis,))
+  return cur.cast(ctx.dtype_of(0)), flat.cast(ctx.dtype_of(1))
