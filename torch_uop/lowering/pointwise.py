@@ -398,3 +398,110 @@ def frexp(ctx, a):
   m = ((bits & ~(emask << mbits)) | (bias << mbits)).bitcast(x.dtype)
   special = x.eq(0) | x.isnan() | x.math("abs").eq(math.inf)
   return special.where(x, m).cast(out_dt), special.where(e.const_like(0), e).cast(dtypes.int32)
+
+
+# ---------------- special functions, evaluated in float64 (series, asymptotic expansions, Newton steps)
+
+def _poly(y: LT, coeffs) -> LT:
+  """sum c_k y^k by Horner."""
+  out = y.const_like(coeffs[-1])
+  for c in reversed(coeffs[:-1]): out = out * y + c
+  return out
+
+
+def _bessel_i(x: LT, nu: int, scaled: bool) -> LT:
+  """Modified Bessel I_nu (nu 0 or 1) of float64 x; scaled: times exp(-|x|). The power series for
+  |x| <= 30 (70 terms reach float64 precision there), the asymptotic expansion beyond."""
+  a = x.math("abs")
+  small = a.minimum(30.0)
+  y = small * small * 0.25
+  coeffs = [1.0 / (math.factorial(k) * math.factorial(k + nu)) for k in range(70)]
+  series = _poly(y, coeffs)
+  if nu == 1: series = series * small * 0.5
+  if scaled: series = series * (-small).exp()
+  big = a.maximum(30.0)
+  terms, t = [1.0], 1.0
+  for k in range(1, 16):
+    t *= -(4 * nu * nu - (2 * k - 1) ** 2) / (k * 8)
+    terms.append(t)
+  asym = _poly(big.recip(), terms) / (big * (2 * math.pi)).sqrt()
+  if not scaled: asym = asym * big.exp()
+  out = (a <= 30.0).where(series, asym)
+  if nu == 1: out = (x < 0).where(-out, out)
+  return x.isnan().where(x, out)
+
+
+def _special(fn, kind=INT_TO_FLOAT):
+  def lower(ctx, a):
+    return elementwise(ctx, kind, lambda x: fn(x.cast(dtypes.float64)).cast(x.dtype), a)
+  return lower
+
+
+register(aten.i0.default, aten.special_modified_bessel_i0.default)(_special(lambda x: _bessel_i(x, 0, False)))
+register(aten.special_i1.default, aten.special_modified_bessel_i1.default)(_special(lambda x: _bessel_i(x, 1, False)))
+register(aten.special_i0e.default)(_special(lambda x: _bessel_i(x, 0, True)))
+register(aten.special_i1e.default)(_special(lambda x: _bessel_i(x, 1, True)))
+
+
+@register(aten.special_spherical_bessel_j0.default)
+def spherical_bessel_j0(ctx, a):
+  def f(x):
+    x2 = x * x
+    near0 = -(x2 / 6.0) + 1.0 + x2 * x2 / 120.0   # sin(x)/x near 0, where the quotient loses digits
+    return (x.math("abs") < 1e-3).where(near0, x.math("sin") / x)
+  return elementwise(ctx, INT_TO_FLOAT, lambda x: f(x.cast(dtypes.float64)).cast(x.dtype), a)
+
+
+def _erfcinv_pos(z: LT) -> LT:
+  """x >= 0 with erfc(x) = z for float64 z in (0, 1]: Newton steps on log(erfc(x)) - log(z), a concave
+  function, from sqrt(-log z) (right of the root, as erfc(x) <= exp(-x^2)): they fall monotonically."""
+  logz = z.log()
+  x = (-logz).maximum(0.0).sqrt()
+  for _ in range(12):
+    e = x.math("erfc")
+    step = (e.log() - logz) * e / ((-(x * x)).exp() * (-2.0 / math.sqrt(math.pi)))
+    x = e.eq(0.0).where(x, (x - step).maximum(0.0))
+  return x
+
+
+def _erfinv_small(y: LT) -> LT:
+  """erf(x) = y for |y| <= 0.5: Newton steps on erf from y sqrt(pi)/2 (monotone from below)."""
+  x = y * (math.sqrt(math.pi) / 2)
+  for _ in range(8):
+    x = x - (x.math("erf") - y) / ((-(x * x)).exp() * (2.0 / math.sqrt(math.pi)))
+  return x
+
+
+def _erfinv(y: LT) -> LT:
+  a = y.math("abs")
+  x = (a <= 0.5).where(_erfinv_small(a.minimum(0.5)), _erfcinv_pos((-a + 1.0).maximum(1e-320).minimum(1.0)))
+  x = a.eq(1.0).where(a.const_like(math.inf), x)
+  x = (y < 0).where(-x, x)
+  return ((a > 1.0) | y.isnan()).where(y.const_like(math.nan), x)
+
+
+def _ndtri(p: LT) -> LT:
+  """ndtri(p) = -sqrt(2) erfcinv(2p); erfcinv(z) = -erfcinv(2 - z) above 1 (2 - 2p exact there)."""
+  z = p * 2.0
+  upper = z > 1.0
+  zz = upper.where((-p + 1.0) * 2.0, z)
+  x = _erfcinv_pos(zz.maximum(1e-320).minimum(1.0)) * -math.sqrt(2.0)
+  x = upper.where(-x, x)
+  x = p.eq(0.0).where(p.const_like(-math.inf), p.eq(1.0).where(p.const_like(math.inf), x))
+  return ((p < 0.0) | (p > 1.0) | p.isnan()).where(p.const_like(math.nan), x)
+
+
+register(aten.erfinv.default)(_special(_erfinv))
+register(aten.special_ndtri.default)(_special(_ndtri))
+
+
+@register(aten.special_erfcx.default)
+def erfcx(ctx, a):
+  """exp(x^2) erfc(x); for x > 25 (erfc underflows) the asymptotic series 1/(x sqrt(pi)) (1 - 1/(2x^2) + ...)."""
+  def f(x):
+    direct = (x * x).exp() * x.math("erfc")
+    big = x.maximum(25.0)
+    r = (big * big).recip() * 0.5
+    asym = _poly(r, [1.0, -1.0, 3.0, -15.0, 105.0, -945.0]) / (big * math.sqrt(math.pi))
+    return (x > 25.0).where(asym, direct)
+  return elementwise(ctx, INT_TO_FLOAT, lambda x: f(x.cast(dtypes.float64)).cast(x.dtype), a)
