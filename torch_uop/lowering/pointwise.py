@@ -505,3 +505,75 @@ def erfcx(ctx, a):
     asym = _poly(r, [1.0, -1.0, 3.0, -15.0, 105.0, -945.0]) / (big * math.sqrt(math.pi))
     return (x > 25.0).where(asym, direct)
   return elementwise(ctx, INT_TO_FLOAT, lambda x: f(x.cast(dtypes.float64)).cast(x.dtype), a)
+
+
+def _digamma_pos(x: LT) -> LT:
+  """digamma of float64 x > 0: shift to x >= 10 (psi(x) = psi(x+1) - 1/x), then the asymptotic series."""
+  r = x.const_like(0.0)
+  for _ in range(10):
+    small = x < 10.0
+    r = small.where(r - x.recip(), r)
+    x = small.where(x + 1.0, x)
+  y = (x * x).recip()
+  series = _poly(y, [0.0, 1 / 12, -1 / 120, 1 / 252, -1 / 240, 1 / 132, -691 / 32760, 1 / 12])
+  return r + x.log() - x.recip() * 0.5 - series
+
+
+def _digamma(x: LT) -> LT:
+  """As eager: psi(0) = -inf (sign of -x), NaN at negative integers, reflection below 0."""
+  neg = x < 0.0
+  pos = _digamma_pos(neg.where(-x + 1.0, x).maximum(1e-300))
+  refl = pos - LT.full(x.shape, math.pi, x.dtype) / (x * math.pi).math("tan")
+  out = neg.where(refl, pos)
+  out = (neg & x.eq(x.math("trunc"))).where(x.const_like(math.nan), out)
+  return x.eq(0.0).where(LT.full(x.shape, math.inf, x.dtype).math("copysign", -x), out)
+
+
+_ZETA_A = [12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+           -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
+           1.8152105401943546773e17, -7.1661652561756670113e18]
+
+
+def _zeta(x: LT, q: LT) -> LT:
+  """Hurwitz zeta(x, q) for float64, as cephes: 20 direct terms, then Euler-Maclaurin."""
+  s = q.math("pow", -x)
+  a = q
+  b = s
+  for _ in range(20):
+    a = a + 1.0
+    b = a.math("pow", -x)
+    s = s + b
+  w = a
+  s = s + b * w / (x - 1.0) - b * 0.5
+  fac, k = x.const_like(1.0), 0.0
+  for c in _ZETA_A:
+    fac = fac * (x + k)
+    b = b / w
+    s = s + fac * b / c
+    k += 1.0
+    fac = fac * (x + k)
+    b = b / w
+    k += 1.0
+  qle0 = q <= 0.0
+  s = (qle0 & q.eq(q.math("floor"))).where(x.const_like(math.inf), s)
+  s = (qle0 & q.ne(q.math("floor")) & x.ne(x.math("floor"))).where(x.const_like(math.nan), s)
+  s = (x < 1.0).where(x.const_like(math.nan), s)
+  return x.eq(1.0).where(x.const_like(math.inf), s)
+
+
+register(aten.digamma.default)(_special(_digamma))
+
+
+@register(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
+def zeta(ctx, a, b):
+  return elementwise(ctx, INT_TO_FLOAT, lambda x, q: _zeta(x.cast(dtypes.float64), q.cast(dtypes.float64)).cast(x.dtype), a, b)
+
+
+@register(aten.polygamma.default)
+def polygamma(ctx, n, a):
+  """psi^(n)(x) = (-1)^(n+1) n! zeta(n+1, x) for n >= 1; digamma for n = 0."""
+  if n == 0: return _special(_digamma)(ctx, a)
+  def f(x):
+    x = x.cast(dtypes.float64)
+    return _zeta(x.const_like(float(n + 1)), x) * float((-1) ** (n + 1) * math.factorial(n))
+  return elementwise(ctx, INT_TO_FLOAT, lambda x: f(x).cast(x.dtype), a)

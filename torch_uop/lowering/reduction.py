@@ -225,16 +225,17 @@ def _sort_last(x: LT, descending: bool):
 
 
 # rank counting is O(n^2) per row: longer rows fall back to eager's sort
-MAX_SORT_LEN = 2048
+MAX_SORT_LEN = 8192
 
 
 def _sort(x: LT, dim: int, descending: bool, stable: bool = True):
   """Stable sort along dim. With stable=False eager's order of equal elements is its own
-  (introsort, quickselect): integer and bool inputs, where ties are common, fall back then."""
+  (introsort, quickselect): integer, bool and half inputs, where ties are common, fall back then."""
   if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
   dim %= x.ndim
   if x.shape[dim] > MAX_SORT_LEN: raise Unsupported(f"sorting {x.shape[dim]} elements by rank counting (O(n^2))")
-  if not stable and not x.dtype.is_float and x.shape[dim] > 1: raise Unsupported("unstable sort of integers: eager's tie order")
+  if not stable and x.dtype not in (dtypes.float32, dtypes.float64) and x.shape[dim] > 1:
+    raise Unsupported("unstable sort of integers, bools or half types (ties are common): eager's tie order")
   if x.numel() == 0 or x.shape[dim] == 1:
     return x, LT.full(x.shape, 0, dtypes.int64)
   moved = x.transpose(dim, x.ndim - 1)
