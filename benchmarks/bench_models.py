@@ -13,8 +13,8 @@ the first call matched eager (torch.testing.assert_close on outputs, and on all 
 in training) and, for uop, the fallbacks reported by torch_uop.metrics(). It prints a table and writes JSON to
 benchmarks/results/.
 
-Inductor gets a fresh cache directory per run (torch_uop has no disk cache), so its compile times
-are cold. The one-time setup of each compiler (first compile in the process, and for Inductor in a
+Inductor and torch_uop each get a fresh disk-cache directory per run (unless TORCHINDUCTOR_CACHE_DIR
+or TORCH_UOP_CACHE_DIR is set), so their compile times are cold. The one-time setup of each compiler (first compile in the process, and for Inductor in a
 fresh cache dir) is measured on a tiny function first and reported apart from the per-model times.
 
   python benchmarks/bench_models.py                  # everything (a few minutes, mostly Inductor compiles)
@@ -33,8 +33,11 @@ import tempfile
 import time
 import traceback
 
-if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:  # before torch is imported: cold Inductor compiles every run
+# fresh cache directories, set before torch is imported: both compilers compile cold in every run
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
   os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_inductor_cache_")
+if "TORCH_UOP_CACHE_DIR" not in os.environ:
+  os.environ["TORCH_UOP_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_uop_cache_")
 
 import torch
 import torch.nn as nn
@@ -162,7 +165,7 @@ def first_call(name: str, mode: str, backend: str, reference) -> tuple[dict, obj
   if backend == "uop":
     m = torch_uop.metrics()
     row["uop"] = {k: m[k] for k in ("graphs_compiled", "graphs_fallen_back", "fallback_nodes_total", "nodes_fallen_back",
-                                     "nodes_lowered", "kernels_compiled")}
+                                     "nodes_lowered", "kernels_compiled", "cache_hits")}
     row["uop"]["compile_time_s"] = m["compile_time_s"]
   return row, call, first
 
@@ -286,7 +289,7 @@ def main(argv=None) -> int:
   for b in backends:
     if b != "eager":
       setup[b] = one_time_setup(b)
-      print(f"# {b} one-time setup (first compile in this process{', fresh cache dir' if b == 'inductor' else ''}): "
+      print(f"# {b} one-time setup (first compile in this process, fresh cache dir): "
             f"{setup[b]:.1f}s", flush=True)
 
   rows, descriptions = [], {}
