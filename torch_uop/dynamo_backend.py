@@ -39,7 +39,7 @@ _EXTRA_DECOMPS = [
 # ops torch_uop lowers whole: keep them out of the table even if core ATen decomposes them
 _KEEP_WHOLE = {aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
                aten.embedding_dense_backward.default, aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default,
-               aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default, aten.embedding.default,
+               aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default, aten.avg_pool3d.default, aten.embedding.default,
                aten._scaled_dot_product_flash_attention_for_cpu.default,
                aten._scaled_dot_product_flash_attention_for_cpu_backward.default}
 

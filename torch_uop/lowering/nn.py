@@ -311,3 +311,36 @@ def adaptive_max_pool(ctx, x, output_size):
     stride *= size
     cur = m.squeeze_dims((axis,))
   return cur.cast(ctx.dtype_of(0)), flat.cast(ctx.dtype_of(1))
+
+
+@register(aten.avg_pool3d.default)
+def avg_pool3d(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True, divisor_override=None):
+  """Window sums over a strided view of the padded input, divided per window as eager does."""
+  nd = 3
+  kernel = tuple(kernel) * (nd if len(kernel) == 1 else 1)
+  stride = tuple(stride) if stride else kernel
+  stride = stride * (nd if len(stride) == 1 else 1)
+  padding = tuple(padding) * (nd if len(padding) == 1 else 1)
+  unbatched = x.ndim == 4
+  if unbatched: x = x.unsqueeze(0)
+  n, c, *size = x.shape
+  out = [_pool_geometry(s, k, st, p, 1, ceil_mode) for s, k, st, p in zip(size, kernel, stride, padding)]
+  acc = compute_dtype(x.dtype)
+  need = [(o - 1) * st + k for o, st, k in zip(out, stride, kernel)]
+  xp = x.cast(acc).pad([(0, 0), (0, 0)] + [(p, max(0, nd_ - s - p)) for p, nd_, s in zip(padding, need, size)])
+  sp = xp.shape[2:]
+  cstr = [sp[1] * sp[2], sp[2], 1]
+  plane = math.prod(sp)
+  win = xp.as_strided((n, c, *out, *kernel), (c * plane, plane, *[cs * st for cs, st in zip(cstr, stride)], *cstr))
+  total = win.sum((5, 6, 7), keepdim=False)
+  if divisor_override: div = LT.full(tuple(out), float(divisor_override), acc)
+  else:
+    div = None
+    for d, (o, s, k, st, p) in enumerate(zip(out, size, kernel, stride, padding)):
+      start = LT.iota(o) * st - p
+      end = (start + k).minimum(s + p)
+      ext = (end - start) if count_include_pad else (end.minimum(s) - start.maximum(0))
+      ext = ext.cast(acc).reshape(tuple(o if i == d else 1 for i in range(nd))).broadcast_to(tuple(out))
+      div = ext if div is None else div * ext
+  res = (total / div.reshape((1, 1, *out)).broadcast_to(total.shape)).cast(ctx.dtype)
+  return res.reshape(ctx.shape) if unbatched else res
