@@ -414,3 +414,22 @@ def put(ctx, x, index, source, accumulate=False):
   flat = x.reshape((x.numel(),))
   out = index_put(ctx, flat, [index.reshape((index.numel(),))], source.reshape((source.numel(),)), accumulate)
   return out.reshape(x.shape)
+
+
+@register(aten.masked_scatter.default)
+def masked_scatter(ctx, x, mask, source):
+  """Positions where mask is set take source's elements in order: the k-th set position (row-major)
+  reads source.flat[k], k from a prefix count of the mask (O(n^2), up to 8192 elements)."""
+  shape = ctx.shape
+  n = math.prod(shape)
+  if n == 0: return x.broadcast_to(shape)
+  if n > 8192: raise Unsupported("masked_scatter prefix count over more than 8192 elements")
+  m = mask.cast(dtypes.bool).broadcast_to(shape).reshape((n,))
+  i = LT.iota(n).reshape((n, 1)).broadcast_to((n, n))
+  j = LT.iota(n).reshape((1, n)).broadcast_to((n, n))
+  before = ((j < i) & m.reshape((1, n)).broadcast_to((n, n))).cast(dtypes.int64).sum((1,), keepdim=False)   # [n]
+  src = source.reshape((source.numel(),))
+  if src.shape[0] == 0: return x.broadcast_to(shape)
+  k = before.minimum(src.shape[0] - 1)
+  picked = src.cast(x.dtype).gather_nd((("idx", 0),), [k])
+  return m.where(picked, x.broadcast_to(shape).reshape((n,))).reshape(shape)
