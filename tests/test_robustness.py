@@ -32,18 +32,19 @@ def test_op_without_lowering_falls_back_and_is_counted():
 
 @pytest.mark.parametrize("which", ["values", "indices", "both"])
 def test_multi_result_fallback_any_result_used(which):
-  # sort has no lowering and returns (values, indices): each result must land in its own buffer
+  # _linalg_slogdet has no lowering and returns (sign, logabsdet, LU, pivots): each result used must
+  # land in its own buffer
   def fn(x):
-    s = torch.sort(x * 2, -1)
-    return {"values": s.values + 1, "indices": s.indices * 2, "both": s.values * s.indices}[which]
-  m = check_against_eager(fn, torch.randn(5, 6), expect_native=False)
-  assert m["nodes_fallen_back"] == {"sort.default": 1}
+    s = torch.linalg.slogdet(x * 2 + 3 * torch.eye(4))
+    return {"values": s.sign + 1, "indices": s.logabsdet * 2, "both": s.sign * s.logabsdet}[which]
+  m = check_against_eager(fn, torch.randn(5, 4, 4), expect_native=False)
+  assert m["nodes_fallen_back"] == {"_linalg_slogdet.default": 1}
 
 
 def test_fallback_result_feeds_a_fused_reduction():
-  fn = lambda x: torch.sort(x.exp(), -1).values.softmax(-1).sum(0)
-  m = check_against_eager(fn, torch.randn(5, 7), expect_native=False)
-  assert m["nodes_fallen_back"] == {"sort.default": 1}
+  fn = lambda x: torch.linalg.det(x.exp()).reshape(5, 1).expand(5, 7).softmax(-1).sum(0)
+  m = check_against_eager(fn, torch.randn(5, 3, 3), expect_native=False)
+  assert m["nodes_fallen_back"] == {"_linalg_det.default": 1}
 
 
 def test_fallback_in_a_training_graph():

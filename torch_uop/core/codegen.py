@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten
-from torch_uop.core.symbolic import symbolic
+from torch_uop.core.symbolic import simplify
 from torch_uop.core.schedule import KernelItem
 from torch_uop.core.opt import KernelOpts, heuristic_opts
 from torch_uop.core.transcendental import transcendental
@@ -112,7 +112,7 @@ class _Evaluator:
     raise NotImplementedError(f"codegen cannot evaluate {node.op}")
 
 
-def _simplify(u: UOp) -> UOp: return graph_rewrite(u, symbolic)
+_simplify = simplify
 
 
 def _strided(idxs, strides) -> UOp:
@@ -142,7 +142,7 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
     # value is then stored once per aliasing index)
     flat = _strided(idxs, item.buffers[item.out_slot].strides)
     stores.append(UOp(Ops.STORE, dtypes.void, (out_buf, flat, value)))
-  return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic), ev
+  return simplify(UOp(Ops.SINK, dtypes.void, tuple(stores))), ev
 
 
 def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) -> Kernel:

@@ -233,4 +233,12 @@ symbolic = PatternMatcher([
 ])
 
 
-def simplify(u: UOp) -> UOp: return graph_rewrite(u, symbolic)
+# every simplification shares one memo: index expressions repeat across views, kernels and graphs.
+# It is dropped when it grows large, so a long-lived process does not keep every expression alive.
+_memo: dict = {}
+_MEMO_LIMIT = 1 << 19
+
+
+def simplify(u: UOp) -> UOp:
+  if len(_memo) > _MEMO_LIMIT: _memo.clear()
+  return graph_rewrite(u, symbolic, memo=_memo)

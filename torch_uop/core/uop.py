@@ -262,9 +262,11 @@ class PatternMatcher:
     return None
 
 
-def graph_rewrite(root: UOp, pm: PatternMatcher, ctx=None) -> UOp:
-  """Rewrite bottom-up to a fixed point: sources first, then the node, again until stable."""
-  done: dict[UOp, UOp] = {}
+def graph_rewrite(root: UOp, pm: PatternMatcher, ctx=None, memo: dict | None = None) -> UOp:
+  """Rewrite bottom-up to a fixed point: sources first, then the node, again until stable.
+  `memo` (node -> rewritten node) may be shared between calls with the same matcher and no ctx, so
+  subgraphs already rewritten are not walked again (UOps are immutable, so the results stay valid)."""
+  done: dict[UOp, UOp] = {} if memo is None else memo
 
   def visit(n: UOp) -> UOp:
     stack = [(n, False)]
@@ -280,8 +282,8 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx=None) -> UOp:
       while (nxt := pm.rewrite(new, ctx)) is not None:
         seen += 1
         if seen > 1000: raise RuntimeError(f"graph_rewrite did not converge on {new.op}")
-        if nxt.src and any(s not in done for s in nxt.src):
-          # the rewrite built new sources: rewrite them first
+        if nxt.src:
+          # the rewrite may have built new sources, or reused ones rewritten earlier: bring them all to their fixed point
           nxt = nxt.replace(src=tuple(visit(s) for s in nxt.src))
         new = nxt
       done[node] = new
