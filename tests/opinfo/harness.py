@@ -71,9 +71,10 @@ def _rmse(a, b) -> float:
 
 def _as_accurate_as_eager(fn, sample, dtype, actual, expected) -> bool:
   """For float32 and half types: eager rounds intermediates (to half where torch_uop computes fused in
-  float32) and sums in its own order, so the two can differ by a few ulps. Accept the result when it is no further from a float64 reference than
-  eager is (the check inductor's tests use): rmse(actual, ref64) <= 2 * rmse(eager, ref64) + 1e-5, with
-  the same non-finite values as eager (or, where eager overflowed, the reference's finite values)."""
+  float32) and sums in its own order, so the two can differ by a few ulps. Accept the result when it is
+  no further from a float64 reference than eager is (the check inductor's tests use):
+  rmse(actual, ref64) <= 2 * rmse(eager, ref64) + 1e-5, with the same non-finite values as eager (or,
+  where eager overflowed, the reference's finite values)."""
   if dtype not in (torch.float32, torch.float16, torch.bfloat16): return False
   try:
     ref = fn(_upcast(sample.input, dtype), *_upcast(sample.args, dtype), **_upcast(sample.kwargs, dtype))
