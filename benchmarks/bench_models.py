@@ -22,11 +22,12 @@ fresh cache dir) is measured on a tiny function first and reported apart from th
 """
 from __future__ import annotations
 import argparse
-import copy
+import atexit
 import datetime
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -34,10 +35,10 @@ import time
 import traceback
 
 # fresh cache directories, set before torch is imported: both compilers compile cold in every run
-if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-  os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_inductor_cache_")
-if "TORCH_UOP_CACHE_DIR" not in os.environ:
-  os.environ["TORCH_UOP_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_uop_cache_")
+for _var, _prefix in (("TORCHINDUCTOR_CACHE_DIR", "bench_inductor_cache_"), ("TORCH_UOP_CACHE_DIR", "bench_uop_cache_")):
+  if _var not in os.environ:
+    os.environ[_var] = tempfile.mkdtemp(prefix=_prefix)
+    atexit.register(shutil.rmtree, os.environ[_var], True)
 
 import torch
 import torch.nn as nn
