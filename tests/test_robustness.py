@@ -321,3 +321,13 @@ def test_debug_env_var_prints_kernel_list():
   assert "inference1_k0: out (4, 1) float32 <- buffers [0]" in r.stderr
   assert "inference1_k1: out (4, 5) float32 <- buffers [0, 1]" in r.stderr
   assert "compiled inference graph" in r.stderr
+
+
+def test_boolean_option_strings():
+  from torch_uop.config import Config
+  assert Config.from_options({"fallback_whole_graph": "False"}).fallback_whole_graph is False
+  assert Config.from_options({"fallback_whole_graph": "true"}).fallback_whole_graph is True
+  with pytest.raises(ValueError, match="fallback_whole_graph"):
+    Config.from_options({"fallback_whole_graph": "maybe"})
+  with pytest.raises(ValueError, match="opt_level"):
+    Config.from_options({"opt_level": "fast"})

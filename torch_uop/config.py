@@ -13,6 +13,19 @@ from dataclasses import dataclass, fields
 DEVICES = ("cpu",)
 
 
+def _coerce(name: str, value, kind: type):
+  """An option's value as its declared type; strings like "False"/"0" mean False for booleans."""
+  if kind is bool and isinstance(value, str):
+    low = value.strip().lower()
+    if low in ("1", "true", "yes", "on"): return True
+    if low in ("0", "false", "no", "off", ""): return False
+    raise ValueError(f"torch_uop: option {name!r} expects a boolean, got {value!r}")
+  try:
+    return kind(value)
+  except (TypeError, ValueError):
+    raise ValueError(f"torch_uop: option {name!r} expects {kind.__name__}, got {value!r}") from None
+
+
 @dataclass
 class Config:
   debug: int = 0
@@ -28,7 +41,7 @@ class Config:
     known = {f.name for f in fields(Config)}
     for k, v in (options or {}).items():
       if k not in known: raise ValueError(f"torch_uop: unknown option {k!r}; known options: {sorted(known)}")
-      setattr(cfg, k, type(getattr(cfg, k))(v))
+      setattr(cfg, k, _coerce(k, v, type(getattr(cfg, k))))
     if cfg.device not in DEVICES: raise ValueError(f"torch_uop: device {cfg.device!r} is not available; choose from {DEVICES}")
     if not 0 <= cfg.opt_level <= 3: raise ValueError(f"torch_uop: opt_level must be 0..3, got {cfg.opt_level}")
     return cfg

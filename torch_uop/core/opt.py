@@ -29,6 +29,7 @@ class KernelOpts:
 UPCAST_FACTOR = 4
 VECTOR_UPCAST = 16   # one AVX-512 register of float32 (two of AVX2)
 MAX_UPCAST_AXES = 2
+MIN_BLOCKED_REDUCE = 32
 
 
 def _substitute(u: UOp, mapping: dict, cache: dict) -> UOp:
@@ -60,7 +61,10 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
   all_ranges = [n for n in nodes if n.op is Ops.RANGE]
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
   upcast, vector_axis = [], None
-  if reduces:
+  reduce_size = 1
+  for r in (reduces[0].src[1:] if reduces else ()): reduce_size *= r.src[0].arg
+  # register blocking pays off when each accumulator sees a long enough reduction
+  if reduces and reduce_size >= MIN_BLOCKED_REDUCE:
     loads = [n for n in nodes if n.op is Ops.LOAD]
     stores = [n for n in nodes if n.op is Ops.STORE]
     cache: dict = {}
