@@ -10,47 +10,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch_uop
+from torch_uop.testing.models import MLP, CNN, Block
 
 RTOL, ATOL = 1e-4, 1e-5
-
-
-class MLP(nn.Module):
-  def __init__(s):
-    super().__init__()
-    s.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 10))
-
-  def forward(s, x): return s.net(x)
-
-
-class CNN(nn.Module):
-  def __init__(s):
-    super().__init__()
-    s.c1 = nn.Conv2d(3, 8, 3, padding=1); s.b1 = nn.BatchNorm2d(8)
-    s.c2 = nn.Conv2d(8, 16, 3, stride=2, padding=1); s.b2 = nn.BatchNorm2d(16)
-    s.pool = nn.MaxPool2d(2); s.gap = nn.AdaptiveAvgPool2d(1); s.fc = nn.Linear(16, 10)
-
-  def forward(s, x):
-    x = s.pool(F.relu(s.b1(s.c1(x))))
-    x = F.relu(s.b2(s.c2(x)))
-    return s.fc(torch.flatten(s.gap(x), 1))
-
-
-class Block(nn.Module):
-  """Embedding, pre-LayerNorm causal self-attention and a GELU MLP with residuals, linear head."""
-  def __init__(s, d=32, h=4, v=100):
-    super().__init__()
-    s.emb = nn.Embedding(v, d); s.ln1 = nn.LayerNorm(d); s.qkv = nn.Linear(d, 3 * d); s.proj = nn.Linear(d, d)
-    s.ln2 = nn.LayerNorm(d); s.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-    s.head = nn.Linear(d, v); s.h = h
-
-  def forward(s, ids):
-    x = s.emb(ids); B, T, D = x.shape
-    q, k, v = s.qkv(s.ln1(x)).split(D, dim=-1)
-    q, k, v = (t.view(B, T, s.h, D // s.h).transpose(1, 2) for t in (q, k, v))
-    a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, D)
-    x = x + s.proj(a)
-    x = x + s.mlp(s.ln2(x))
-    return s.head(x)
 
 
 def make_case(name):

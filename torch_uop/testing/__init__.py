@@ -1,0 +1,1 @@
+"""Shared fixtures for checking torch_uop: the reference models used by tests/ and benchmarks/."""
