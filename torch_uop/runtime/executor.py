@@ -154,9 +154,7 @@ class CompiledGraph:
       if kind == "kernel":
         fn, slots, out_slot, shape, strides, dtype, empty, split_size, n_threads = payload
         bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype)
-        if empty: pass
-        elif n_threads == 1: fn(*[bufs[s].data_ptr() for s in slots], 0, split_size or 1)
-        else: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, n_threads)
+        if not empty: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, n_threads)
       else:
         self._run_fallback(payload, bufs)
       for s in release: del bufs[s]
