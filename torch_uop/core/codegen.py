@@ -262,9 +262,14 @@ def _expand_loops(program: list, body_nodes: list, loop_of: dict) -> list:
     inits, nexts = rest[:len(rest) // 2], rest[len(rest) // 2:]
     state = [UOp(Ops.LOOP_VAR, i.dtype, (), (lid, k)) for k, i in enumerate(inits)]
     accs = [UOp(Ops.DEFINE_ACC, v.dtype, (v, i)) for v, i in zip(state, inits)]
-    out += accs + [counter] + state + [n for n in body_nodes if lid in loop_of[n]]
-    if not (keep_going.op is Ops.CONST and keep_going.arg): out.append(UOp(Ops.BREAK_UNLESS, dtypes.void, (keep_going, counter)))
-    out += [UOp(Ops.ASSIGN, a.dtype, (a, n)) for a, n in zip(accs, nexts)]
+    body = [n for n in body_nodes if lid in loop_of[n]]
+    out += accs + [counter] + state
+    if not (keep_going.op is Ops.CONST and keep_going.arg):
+      # test before the step runs: the step may be undefined once the loop should stop (x % 0)
+      test = set(keep_going.toposort())
+      out += [n for n in body if n in test] + [UOp(Ops.BREAK_UNLESS, dtypes.void, (keep_going, counter))]
+      body = [n for n in body if n not in test]
+    out += body + [UOp(Ops.ASSIGN, a.dtype, (a, n)) for a, n in zip(accs, nexts)]
     out.append(UOp(Ops.ENDRANGE, dtypes.void, (counter,)))
     out += [n for n in program if n.op is Ops.LOOP and n.arg[0] == lid]
   return out

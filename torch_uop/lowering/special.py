@@ -139,3 +139,46 @@ _POLYNOMIALS.update(hermite_polynomial_h=_hermite(True), hermite_polynomial_he=_
                     laguerre_polynomial_l=_laguerre, legendre_polynomial_p=_legendre)
 for _name, _fn in _POLYNOMIALS.items():
   register(getattr(aten, "special_" + _name))(_polynomial(_fn))
+
+
+# ---------------------------------------------------------------- gcd / lcm
+
+def _abs_int(x: LT) -> LT: return x if x.dtype.is_unsigned else (x < 0).where(-x, x)
+
+
+def _gcd(a: LT, b: LT) -> LT:
+  """eager's calc_gcd: a, b = |a|, |b|; while a != 0: a, b = b % a, a. Euclid needs fewer than
+  1.45 * bits steps (consecutive Fibonacci numbers are the worst case); the loop stops at a == 0."""
+  bits = 8 * a.dtype.itemsize
+  count = LT.full(a.shape, 2 * bits + 4, dtypes.int64)
+  state = LT.loop(count, [_abs_int(a), _abs_int(b)], lambda k, s: [_safe_mod(s[1], s[0]), s[0]],
+                  keep_going=lambda s: s[0].ne(0))
+  return state[1]
+
+
+def _safe_mod(x: LT, y: LT) -> LT:
+  """x % y for y != 0 without the hardware trap of INT_MIN % -1 (any x % -1 is 0)."""
+  if x.dtype.is_unsigned: return x.alu(Ops.MOD, y)
+  return x.alu(Ops.MOD, y.eq(-1).where(y.const_like(1), y))
+
+
+def _lcm(a: LT, b: LT) -> LT:
+  """g = gcd(a, b); 0 if g == 0 else |a / g * b|, in C's int arithmetic (int8/int16 are promoted to int)."""
+  wide = dtypes.int32 if a.dtype.itemsize < 4 else a.dtype
+  g = _gcd(a, b).cast(wide)
+  a, b = a.cast(wide), b.cast(wide)
+  # g == -1 happens (gcd(INT_MIN, INT_MAX)): eager traps on INT_MIN / -1; a / -1 is -a (wrapping) here
+  safe_g = (g.eq(0) | g.eq(-1)).where(g.const_like(1), g)
+  quotient = g.eq(-1).where(-a, a.alu(Ops.IDIV, safe_g))
+  return g.eq(0).where(g.const_like(0), _abs_int(quotient * b))
+
+
+def _integer_binary(fn):
+  def lower(ctx, a, b):
+    if not ctx.dtype.is_int or ctx.dtype.is_bool: raise Unsupported("gcd/lcm are defined for integers only")
+    return elementwise(ctx, DEFAULT, fn, a, b)
+  return lower
+
+
+register(aten.gcd.default)(_integer_binary(_gcd))
+register(aten.lcm.default)(_integer_binary(_lcm))
