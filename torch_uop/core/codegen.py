@@ -186,7 +186,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) ->
 def _ranges_of(u: UOp, cache: dict) -> frozenset:
   """The loop ranges u depends on (a REDUCE hides the ranges it reduces over)."""
   if u in cache: return cache[u]
-  if u.op is Ops.RANGE: r = frozenset([u])
+  if u.op is Ops.RANGE: r = frozenset([u]) | _ranges_of(u.src[0], cache)  # an LT.loop's trip count is data
   elif u.op is Ops.REDUCE: r = _ranges_of(u.src[0], cache) - frozenset(u.src[1:])
   else:
     r = frozenset()
