@@ -5,6 +5,8 @@ become index arithmetic (through ShapeTracker), realized nodes and inputs become
 fused reductions become REDUCE over their own RANGEs, and the root becomes a STORE. The result is
 simplified with the symbolic rules. `linearize` orders that graph into one list: output loops,
 then for a reduction its accumulator, reduce loops, update and loop end, then the epilogue and store.
+An `LT.loop` becomes a RANGE whose trip count is a value, with its state in accumulators (DEFINE_ACC
+with an initial value, plain ASSIGNs, an optional BREAK_UNLESS), placed where its result is first read.
 Nothing here knows about LLVM or torch.
 """
 from __future__ import annotations
@@ -50,7 +52,8 @@ class _Evaluator:
     self.args: dict[int, UOp] = {}  # slot -> DEFINE_GLOBAL
     self.memo: dict = {}
     self.reduce_ranges: tuple | None = None
-    self.loops: dict = {}  # (tag, idxs, gate) -> (kernel LOOP sources, loop id)
+    self.loops: dict = {}      # (LT.loop tag, idxs, gate) -> (loop id, kernel LOOP sources)
+    self.loop_vars: dict = {}  # (LT.loop tag, idxs, gate) -> (counter RANGE, state LOOP_VARs)
 
   def buf(self, slot: int, dtype: DType) -> UOp:
     if slot not in self.args: self.args[slot] = UOp(Ops.DEFINE_GLOBAL, dtype, (), slot)
@@ -110,31 +113,24 @@ class _Evaluator:
       return self.eval(x, tuple(new), gate)
     if node.op is Ops.CONTIGUOUS: return self.eval(node.src[0], idxs, gate)
     if node.op is Ops.LOOP: return self._loop(node, idxs, gate)
-    if node.op is Ops.LOOP_VAR:
-      key = (node.arg[0], idxs, gate)
-      assert key in self.loops and self.loops[key][0] is not None, "loop state read outside its loop's step (through a view?)"
-      counter, state = self.loops[key][0][0], self.loops[key][0][1]
+    if node.op is Ops.LOOP_VAR:  # inside its loop's step: the counter or a state value of that loop
+      counter, state = self.loop_vars[(node.arg[0], idxs, gate)]
       return counter.cast(node.dtype) if node.arg[1] < 0 else state[node.arg[1]]
     if node.op in ELEMENTWISE:
       return node.replace(src=tuple(self.eval(s, idxs, gate) for s in node.src))
     raise NotImplementedError(f"codegen cannot evaluate {node.op}")
 
-
   def _loop(self, node: UOp, idxs: tuple, gate: UOp) -> UOp:
-    """One kernel loop per (LT.loop, output position): a RANGE counting to the element's trip count, and a
-    LOOP_VAR per state value; every output of that LT.loop shares them."""
-    tag = node.arg[0]
-    key = (tag, idxs, gate)
+    """One kernel loop per (LT.loop, output position): a RANGE counting to the element's trip count and a
+    LOOP_VAR per state value, in which the step is evaluated; every result of that LT.loop shares them."""
+    key = (node.arg[0], idxs, gate)
     if key not in self.loops:
-      nstate = (len(node.src) - 2) // 2
       lid = len(self.loops)
-      count = self.eval(node.src[0], idxs, gate).cast(IDX)
-      counter = UOp(Ops.RANGE, IDX, (count,), (LOOP_AXIS_BASE + lid, "loop"))
-      state = tuple(UOp(Ops.LOOP_VAR, s.dtype, (), (lid, i)) for i, s in enumerate(node.src[2:2 + nstate]))
-      self.loops[key] = ((counter, state), lid, None)
-      src = (counter, *[self.eval(s, idxs, gate) for s in node.src[1:]])
-      self.loops[key] = ((counter, state), lid, src)
-    _, lid, src = self.loops[key]
+      nstate = (len(node.src) - 2) // 2
+      counter = UOp(Ops.RANGE, IDX, (self.eval(node.src[0], idxs, gate).cast(IDX),), (LOOP_AXIS_BASE + lid, "loop"))
+      self.loop_vars[key] = (counter, tuple(UOp(Ops.LOOP_VAR, s.dtype, (), (lid, i)) for i, s in enumerate(node.src[2:2 + nstate])))
+      self.loops[key] = (lid, (counter, *[self.eval(s, idxs, gate) for s in node.src[1:]]))
+    lid, src = self.loops[key]
     return UOp(Ops.LOOP, node.dtype, src, (lid, node.arg[1]))
 
 
