@@ -4,8 +4,11 @@
   Laguerre L, Legendre P): eager's special cases, then its three-term recurrence with n steps, run by
   `LT.loop` (a kernel loop whose trip count is each element's n), in the computation dtype, op for op.
 - gcd / lcm of integers: Euclid's algorithm, also by `LT.loop` (it stops when the remainder is 0).
+- Bessel J0/J1/Y0/Y1, K0/K1 and their scaled forms, Airy Ai: eager's Cephes rational approximations and
+  Chebyshev series, op for op in the computation dtype (Ai's Maclaurin series on `LT.loop`).
+- igamma / igammac: eager's method per region, evaluated in float64 (series and continued fraction on `LT.loop`).
 
-Nothing here falls back for particular values: every input is computed as eager computes it.
+Nothing here falls back for particular values; half types fall back where eager has no kernel for them.
 """
 from __future__ import annotations
 import math
