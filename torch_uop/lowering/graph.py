@@ -103,6 +103,20 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
   inputs, buffer_slots = [], {}
   slot = 0
   g = LoweredGraph(inputs, [], buffer_slots, 0)
+
+  def host_call(fn, args: list, outputs: list) -> list:
+    """A lowering's own host step (LoweringContext.host_call): a FALLBACK node not counted as one."""
+    nonlocal slot
+    op = FallbackOp(fn, tuple(TensorRef(i) for i in range(len(args))), {}, len(outputs), _op_name(fn))
+    fb = UOp(Ops.FALLBACK, outputs[0][1], tuple(a.uop for a in args), op)
+    results = []
+    for k, (shape, dt) in enumerate(outputs):
+      buf = UOp(Ops.BUFFER, dt, (fb,), (slot, max(math.prod(shape), 1), k))
+      buffer_slots[buf] = slot
+      slot += 1
+      results.append(LT(UOp(Ops.VIEW, dt, (buf,), ShapeTracker.from_shape(tuple(shape)))))
+    return results
+
   for node in gm.graph.nodes:
     val = node.meta.get("val")
     if _is_symbolic(val): raise WholeGraphFallback(f"symbolic sizes at {node.name}")
@@ -131,7 +145,7 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
       reason = "no lowering registered"
       if fn is not None:
         try:
-          out = fn(LoweringContext(node), *args, **kwargs)
+          out = fn(LoweringContext(node, host_call), *args, **kwargs)
           _check_result(node, out)
           env[node] = out
           g.nodes_lowered += 1

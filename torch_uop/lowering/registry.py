@@ -5,6 +5,8 @@
 and returns an LT, or a tuple/list of LTs for multi-output ops. `ctx` carries the node's
 `meta["val"]`: `ctx.shape`, `ctx.dtype` (IR dtype), `ctx.vals` for multi-output nodes. A lowering
 may raise (e.g. `Unsupported`) for cases it does not handle: the node then falls back to ATen.
+`ctx.host_call` adds a step of the lowering's own that runs on the host between kernels (e.g. a
+data-dependent error check); it is part of the lowering, not a fallback.
 """
 from __future__ import annotations
 from typing import Callable
@@ -33,9 +35,16 @@ def lowering_for(target):
 
 
 class LoweringContext:
-  def __init__(self, node: torch.fx.Node):
+  def __init__(self, node: torch.fx.Node, host_call: Callable | None = None):
     self.node = node
     self.val = node.meta.get("val")
+    self._host_call = host_call
+
+  def host_call(self, fn: Callable, inputs: list, outputs: list) -> list:
+    """At run time, call `fn(*inputs)` on torch tensors between kernels; `outputs` lists its results as
+    (shape, IR dtype) pairs. Returns an LT per result, for the lowering to build on."""
+    if self._host_call is None: raise Unsupported("no graph to add a host step to")
+    return self._host_call(fn, list(inputs), list(outputs))
 
   @property
   def vals(self) -> list: return list(self.val) if isinstance(self.val, (tuple, list)) else [self.val]
