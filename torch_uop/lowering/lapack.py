@@ -11,8 +11,8 @@ index, the row swap with the rank-1 update). Sizes above MAX_N fall back, to bou
 Results follow LAPACK as torch returns them: pivots 1-based int32, the first maximum |value| as
 pivot (NaN never wins, as in idamax), multipliers scaled by the pivot's reciprocal, `info` = the
 first zero pivot (LU) or the first leading minor that is not positive (Cholesky, which then leaves
-the rest of the matrix as LAPACK leaves it). Where eager factors A^T instead of A (a contiguous A in
-solve/det), so do these lowerings, since the LU and pivots they return feed the backward.
+the rest of the matrix as LAPACK leaves it). Where eager factors A^T instead of A (det and slogdet of
+a contiguous A), so do these lowerings, since the LU and pivots they return feed the backward.
 Errors eager raises on the data (singular input to linalg.inv, bad pivots) are raised by host
 checks (`ctx.host_call`) that read the small info/pivot tensors between kernels.
 """
@@ -352,26 +352,26 @@ def _solve_augmented(a: LT, b: LT) -> tuple[LT, LT]:
 def linalg_solve_ex(ctx, a, b, left=True, check_errors=False):
   if check_errors: raise Unsupported("check_errors")
   _float(a)
-  n = a.shape[-1]
-  _check_size(n)
-  if ctx.shape_of(0) == () or any(s == 0 for v in ctx.vals for s in v.shape): return _empty_outputs(ctx)
+  _check_size(a.shape[-1])
+  if a.numel() == 0: return _empty_outputs(ctx)
   vector = b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1])
   bm = b.unsqueeze(-1) if vector else b
-  if not left: bm = _mT(bm)
-  use_a_t = _is_contiguous(ctx.node.args[0])   # eager factors A^T then (see the module docstring)
-  at = _mT(a) if use_a_t else a
-  if _used_outputs(ctx) & {1, 2}:
-    # the factorization is an output (for the backward): solve with it, as eager does
-    f = lu_factor(at)
-    # eager's X A = B is A^T X^T = B^T: with A^T factored that is the plain solve, else the adjoint
-    x = lu_solve(f.lu, f.pivots, bm, adjoint=use_a_t == left)
+  lu = ipiv = None
+  if _used_outputs(ctx) & {1, 2} or b.numel() == 0:
+    # the factorization of A is an output too (for the backward): solve with it, as eager does
+    f = lu_factor(a)
     lu, ipiv, info = f.lu, f.pivots_tensor(), f.info
+    if b.numel() == 0: x = LT.full(ctx.shape_of(0), 0, ctx.dtype_of(0))
+    else: x = lu_solve(f.lu, f.pivots, bm) if left else _mT(lu_solve(f.lu, f.pivots, _mT(bm), adjoint=True))
   else:
-    x, info = _solve_augmented(a if left else _mT(a), bm)
-    lu = ipiv = None
-  if not left: x = _mT(x)
-  if vector: x = x.squeeze_dims((-1,))
-  return x.broadcast_to(ctx.shape_of(0)), lu, ipiv, _info_out(info).broadcast_to(ctx.shape_of(3))
+    x, info = _solve_augmented(a, bm) if left else _solve_augmented(_mT(a), _mT(bm))
+    if not left: x = _mT(x)
+  if vector and x.shape != ctx.shape_of(0): x = x.squeeze_dims((-1,))
+  # info is of A broadcast against B's batch dims: A's own are the first entries along those dims
+  info, want = _info_out(info), ctx.shape_of(3)
+  extra = info.ndim - len(want)
+  info = info.shrink([(0, 1)] * extra + [(0, s) for s in want]).reshape(want)
+  return x.broadcast_to(ctx.shape_of(0)), lu, ipiv, info
 
 
 @register(aten.linalg_inv_ex.default)
