@@ -189,17 +189,33 @@ def _gather_rows(x: LT, rows: LT) -> LT:
 
 # -------------------------------------------------------------------------------- triangular solve
 
+# rows of X a triangular-solve kernel fixes at once (each element recomputes them: O(BLOCK^2) work)
+SOLVE_BLOCK = 8
+
+
 def solve_triangular(t: LT, b: LT, upper: bool, unit: bool = False) -> LT:
-  """T X = B for triangular T [*b, n, n] (only its triangle is read) and B [*b, n, r], by substitution:
-  step j fixes row j of X (times 1/T[j, j], as OpenBLAS does) and removes it from the rows still open."""
+  """T X = B for triangular T [*b, n, n] (only its triangle is read) and B [*b, n, r], by substitution in
+  the order LAPACK's trsm uses: row j of X is B[j] minus the rows fixed before it, times 1/T[j, j] (as
+  OpenBLAS does), and each fixed row is subtracted from the rows still open, one after another. One
+  kernel fixes SOLVE_BLOCK rows: every element recomputes them from the previous buffer."""
   n, nd, full = t.shape[-1], b.ndim, b.shape
   rows = _rows(n, nd).broadcast_to(full)
+  order = list(reversed(range(n)) if upper else range(n))
   x = b
-  for j in (reversed(range(n)) if upper else range(n)):
-    xj = x.slice(-2, j, j + 1).broadcast_to(full)
-    if not unit: xj = xj * _entry(t, j, j).broadcast_to(full).recip()
-    open_rows = rows < j if upper else rows > j
-    x = rows.eq(j).where(xj, open_rows.where(x - t.slice(-1, j, j + 1).broadcast_to(full) * xj, x)).contiguous()
+  for start in range(0, n, SOLVE_BLOCK):
+    block = order[start:start + SOLVE_BLOCK]
+    fixed = {}
+    for j in block:
+      v = x.slice(-2, j, j + 1).broadcast_to(full)
+      for k in fixed: v = v - _entry(t, j, k).broadcast_to(full) * fixed[k]
+      if not unit: v = v * _entry(t, j, j).broadcast_to(full).recip()
+      fixed[j] = v
+    new = x
+    for j, v in fixed.items():
+      open_rows = rows < j if upper else rows > j
+      new = open_rows.where(new - t.slice(-1, j, j + 1).broadcast_to(full) * v, new)
+    for j, v in fixed.items(): new = rows.eq(j).where(v, new)
+    x = new.contiguous()
   return x
 
 
