@@ -110,24 +110,25 @@ def _pick(x: LT, r: LT, c: LT) -> LT:
   return x.gather_nd(tuple(range(x.ndim - 2)) + (("idx", 0), ("idx", 1)), [r, c])
 
 
-def _pivot_search(x: LT, j: int) -> Pivot:
-  """The first row p >= j with the largest |x[p, j]|. NaN never wins, unless it is x[j, j] itself (as
-  idamax, which starts from the first entry and only moves on a strictly larger one)."""
+def _pivot_search(x: LT, j: int, start: int | None = None) -> Pivot:
+  """The first row p >= start (default j) with the largest |x[p, j]|. NaN never wins, unless it is
+  x[start, j] itself (as idamax, which starts from the first entry and only moves on a strictly larger one)."""
+  start = j if start is None else start
   m, ax = x.shape[-2], x.ndim - 2
   rows = _rows(m, x.ndim)
   mag = x.slice(-1, j, j + 1).math("abs")
-  ok = (rows >= j) & mag.isnan().logical_not()
-  first_nan = _entry(x, j, j)
+  ok = (rows >= start) & mag.isnan().logical_not()
+  first_nan = _entry(x, start, j)
   if x.dtype == dtypes.float32:
     # one reduction: |v|'s bits (ordered as the values, v >= 0) above the row, reversed so ties go to the first
     assert m <= 64
     key = ok.where(mag.bitcast(dtypes.int32).cast(dtypes.int64) * 64 - rows + 63, -1).max((ax,))
     def finish(k, shape):
-      return first_nan.broadcast_to(shape).isnan().where(j, (k < 0).where(j, k.alu(Ops.AND, 63) * -1 + 63))
+      return first_nan.broadcast_to(shape).isnan().where(start, (k < 0).where(start, k.alu(Ops.AND, 63) * -1 + 63))
     return Pivot(key, finish)
   cand = ok.where(mag, -1.0)
   p = (ok & cand.eq(cand.max((ax,)))).where(rows, m).reduce(Ops.MIN, (ax,))
-  def finish(p, shape): return (first_nan.broadcast_to(shape).isnan() | p.eq(m)).where(j, p)
+  def finish(p, shape): return (first_nan.broadcast_to(shape).isnan() | p.eq(m)).where(start, p)
   return Pivot(p, finish)
 
 
@@ -536,3 +537,108 @@ def triangular_solve(ctx, b, a, upper=True, transpose=False, unitriangular=False
   a, b = _broadcast_batch(a, b)
   t, up = (_mT(a), not upper) if transpose else (a, upper)
   return solve_triangular(t, b, up, unitriangular), a
+
+
+# ----------------------------------------------------------------------------------- LDL^T (sytrf)
+
+LDL_ALPHA = (1 + 17 ** 0.5) / 8   # Bunch-Kaufman's growth bound
+
+
+def _sym(x: LT, r: LT, c: LT) -> LT:
+  """x[r, c] of the symmetric matrix stored in x's lower triangle."""
+  return _pick(x, r.maximum(c), r.minimum(c))
+
+
+def ldl_factor(a: LT) -> tuple[LT, LT, LT]:
+  """A = L D L^T with Bunch-Kaufman pivoting as LAPACK's unblocked sytf2 (lower) does it, from A's lower
+  triangle: (LD, pivots [*b, n] int32, info [*b, 1, 1] int32). Position k takes a 1x1 pivot (maybe after
+  a symmetric interchange) or a 2x2 pivot over columns k, k+1; then position k+1 is skipped. The choice
+  differs per batch element, so each position computes both updates and selects with masks."""
+  n, nd = a.shape[-1], a.ndim
+  full, small = a.shape, a.shape[:-2] + (1, 1)
+  rows, cols = _rows(n, nd).broadcast_to(full), _cols(n, nd).broadcast_to(full)
+  x = a
+  skip = LT.full(small, False, dtypes.bool)       # this position is the second column of a 2x2 pivot
+  info = LT.full(small, 0, dtypes.int32)
+  decides = []     # per position: its decisions, at any shape
+  for k in range(n):
+    imax = _pivot_search(x, k, k + 1) if k + 1 < n else None
+    if imax is not None:
+      # the largest off-diagonal |entry| in row/column imax of the trailing matrix (NaN skipped)
+      rshape = a.shape[:-2] + (1, n)
+      t, im = _cols(n, nd).broadcast_to(rshape), imax.at(rshape)
+      v = _sym(x, im, t).math("abs")
+      best = ((t >= k) & t.ne(im) & v.isnan().logical_not()).where(v, -1.0).max((nd - 1,))
+
+    def decide(shape, skip=skip, imax=imax, best=best if imax is not None else None, x=x, k=k):
+      """(active, zero column, 2x2 pivot, kp, kk) at shape"""
+      const = lambda v: LT.full(shape, v, dtypes.int64)
+      absakk = _entry(x, k, k).broadcast_to(shape).math("abs")
+      if imax is None: im, colmax, rowmax = const(k), absakk.const_like(0.0), absakk.const_like(0.0)
+      else:
+        im = imax.at(shape)
+        colmax = _pick(x, im, const(k)).math("abs")
+        rowmax = best.broadcast_to(shape)
+        rowmax = (rowmax < 0).where(float("nan"), rowmax)
+      active = skip.broadcast_to(shape).logical_not()
+      zero = absakk.maximum(colmax).eq(0) | absakk.isnan()
+      keep = zero | (absakk >= colmax * LDL_ALPHA) | (absakk >= colmax * LDL_ALPHA * (colmax / rowmax))
+      two = active & keep.logical_not() & (_pick(x, im, im).math("abs") >= rowmax * LDL_ALPHA).logical_not()
+      kp = keep.where(const(k), im)
+      kk = two.where(const(k + 1), const(k))
+      return active, zero, two, kp, kk
+
+    active, zero, two, kp, kk = decide(small)
+    info = (info.eq(0) & active & zero).where(k + 1, info)
+    next_skip = two
+
+    decides.append(decide)
+
+    # the update, at full shape
+    active, zero, two, kp, kk = decide(full)
+    moves = active & zero.logical_not()
+    tau = lambda v: (moves & v.eq(kk)).where(kp, (moves & v.eq(kp)).where(kk, v))
+    y = lambda r, c: _sym(x, tau(r), tau(c))                  # the trailing matrix after the interchange
+    K, K1 = LT.full(full, k, dtypes.int64), LT.full(full, min(k + 1, n - 1), dtypes.int64)
+    y_rc, y_rk, y_ck, y_kk = y(rows, cols), y(rows, K), y(cols, K), y(K, K)
+    # 1x1: column k scaled by 1/d, trailing minus d^-1 x x^T (as dsyr: a + x_i * (-d^-1 x_j))
+    d11 = y_kk.recip()
+    one = (rows.eq(k) & cols.eq(k)).where(y_kk, (cols.eq(k)).where(y_rk * d11, y_rc + y_rk * ((d11 * -1.0) * y_ck)))
+    # 2x2 over columns k, k+1
+    y_rk1, y_ck1 = y(rows, K1), y(cols, K1)
+    d21 = y(K1, K)
+    e11, e22 = y(K1, K1) / d21, y_kk / d21
+    d21 = (e11 * e22 - 1.0).recip() / d21
+    w = lambda j_k, j_k1: d21 * (e11 * j_k - j_k1)             # wk of row j
+    w1 = lambda j_k, j_k1: d21 * (e22 * j_k1 - j_k)            # wkp1 of row j
+    pair = (rows <= k + 1) & (cols <= k + 1)
+    two_val = pair.where(y_rc, cols.eq(k).where(w(y_rk, y_rk1), cols.eq(k + 1).where(
+      w1(y_rk, y_rk1), y_rc - (y_rk * w(y_ck, y_ck1) + y_rk1 * w1(y_ck, y_ck1)))))
+    trailing = (rows >= k) & (cols >= k) & (rows >= cols)
+    x = (trailing & moves).where(two.where(two_val, one), x).contiguous()
+    skip = next_skip
+  ld = (rows >= cols).where(x, 0.0)
+  shape = a.shape[:-2] + (1, n)
+  pos = _cols(n, nd)
+  piv = LT.full(shape, 0, dtypes.int64)
+  for k, decide in enumerate(decides):
+    active, _, _, _, _ = decide(shape)
+    code = _ipiv_code(decide, shape)    # a skipped position repeats the 2x2 code of the one before
+    piv = pos.eq(k).where(active.where(code, _ipiv_code(decides[k - 1], shape)) if k else code, piv)
+  return ld, piv.cast(dtypes.int32).reshape(a.shape[:-2] + (n,)), info
+
+
+def _ipiv_code(decide, shape) -> LT:
+  """LAPACK's ipiv entry of a position: kp + 1, or -(kp + 1) for both columns of a 2x2 pivot."""
+  _, _, two, kp, _ = decide(shape)
+  return two.where((kp + 1) * -1, kp + 1)
+
+
+@register(aten.linalg_ldl_factor_ex.default)
+def linalg_ldl_factor_ex(ctx, a, hermitian=False, check_errors=False):
+  if check_errors: raise Unsupported("check_errors")
+  _float(a)
+  _check_size(a.shape[-1])
+  if a.numel() == 0: return _empty_outputs(ctx)
+  ld, piv, info = ldl_factor(a)
+  return ld, piv, _info_out(info)
