@@ -642,3 +642,67 @@ def linalg_ldl_factor_ex(ctx, a, hermitian=False, check_errors=False):
   if a.numel() == 0: return _empty_outputs(ctx)
   ld, piv, info = ldl_factor(a)
   return ld, piv, _info_out(info)
+
+
+def ldl_solve(ld: LT, ipiv: LT, b: LT) -> LT:
+  """A X = B from sytrf's lower factorization (LD, ipiv), as LAPACK's sytrs: L D Y = B forward, then
+  L^T X = Y backward, with ipiv's interchanges where sytrs makes them. Which positions pair into 2x2
+  blocks follows from ipiv's signs, scanned from the top; each position is one kernel."""
+  ld, b = _broadcast_batch(ld, b)
+  ipiv = ipiv.broadcast_to(ld.shape[:-1])
+  n, nd, full = ld.shape[-1], b.ndim, b.shape
+  rows = _rows(n, nd).broadcast_to(full)
+  code = [ipiv.slice(-1, k, k + 1).reshape(ld.shape[:-2] + (1, 1)).broadcast_to(full).cast(dtypes.int64) for k in range(n)]
+  first = []                 # position k starts a 2x2 block (k, k+1)
+  for k in range(n):
+    second = first[k - 1] if k else LT.full(full, False, dtypes.bool)
+    first.append(second.logical_not() & (code[k] < 0))
+  row = lambda x, r: x.slice(-2, r, r + 1).broadcast_to(full)
+  ent = lambda r, c: _entry(ld, r, c).broadcast_to(full)
+  swap = lambda x, i, kp, on: x.gather_nd(tuple(range(nd - 2)) + (("idx", 0), nd - 1),
+                                          [(on & rows.eq(i)).where(kp, (on & rows.eq(kp)).where(i, rows))])
+  x = b
+  for k in range(n):   # L D Y = B
+    second = first[k - 1] if k else LT.full(full, False, dtypes.bool)
+    one, two = second.logical_not() & first[k].logical_not(), first[k]
+    kp = (code[k] < 0).where(code[k] * -1, code[k]) - 1
+    k1 = min(k + 1, n - 1)
+    s = swap(x, k, kp, one)
+    s = swap(s, k1, kp, two) if k + 1 < n else s
+    bk, bk1 = row(s, k), row(s, k1)
+    # 1x1: rows below minus L[r, k] y_k, then y_k / d
+    new1 = rows.eq(k).where(bk * ent(k, k).recip(), (rows > k).where(s - _col(ld, k, full) * bk, s))
+    # 2x2: rows below k+1 minus both columns, then the 2x2 block solved as sytrs does
+    below = (rows > k1).where(s - _col(ld, k, full) * bk - _col(ld, k1, full) * bk1, s)
+    akm1k = ent(k1, k)
+    akm1, ak = ent(k, k) / akm1k, ent(k1, k1) / akm1k
+    denom = akm1 * ak - 1.0
+    bkm1, bkk = bk / akm1k, bk1 / akm1k
+    new2 = rows.eq(k).where((ak * bkm1 - bkk) / denom, rows.eq(k1).where((akm1 * bkk - bkm1) / denom, below))
+    x = one.where(new1, two.where(new2, s)).contiguous()
+  for k in reversed(range(n)):   # L^T X = Y
+    second = first[k - 1] if k else LT.full(full, False, dtypes.bool)
+    one, two = second.logical_not() & first[k].logical_not(), second
+    km1 = max(k - 1, 0)
+    dot_k, dot_km1 = None, None
+    for r in range(k + 1, n):   # as gemv: the dot product first, then subtracted
+      term_k, term_km1 = ent(r, k) * row(x, r), ent(r, km1) * row(x, r)
+      dot_k = term_k if dot_k is None else dot_k + term_k
+      dot_km1 = term_km1 if dot_km1 is None else dot_km1 + term_km1
+    upd = x if dot_k is None else ((one | two) & rows.eq(k)).where(x - dot_k, (two & rows.eq(km1)).where(x - dot_km1, x))
+    kp = (code[k] < 0).where(code[k] * -1, code[k]) - 1
+    x = swap(upd, k, kp, one | two).contiguous()
+  return x
+
+
+def _col(x: LT, c: int, full: tuple) -> LT:
+  """x[..., :, c] broadcast to full"""
+  return x.slice(-1, c, c + 1).broadcast_to(full)
+
+
+@register(aten.linalg_ldl_solve.default)
+def linalg_ldl_solve(ctx, ld, ipiv, b, hermitian=False):
+  _float(ld)
+  _check_size(ld.shape[-1])
+  if ctx.val.numel() == 0: return LT.full(ctx.shape, 0, ctx.dtype)
+  return ldl_solve(ld, ipiv, b).broadcast_to(ctx.shape)
