@@ -160,3 +160,20 @@ def test_size_limit_falls_back():
   a = _rand(MAX_N + 1, MAX_N + 1)
   m = check_against_eager(torch.linalg.det, a, expect_native=False)
   assert m["fallback_nodes_total"] == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ldl_factor_solve(dtype):
+  a = _rand(3, 6, 6, dtype=dtype)
+  sym = a + a.mT
+  pairs = torch.tensor([[0.1, 2, 3, 0.5], [2, 0.2, 1, 4], [3, 1, 0.1, 2], [0.5, 4, 2, 0.3]], dtype=dtype)  # 2x2 pivots
+  for x in (sym, pairs, torch.zeros(3, 3, dtype=dtype), torch.zeros(0, 2, 2, dtype=dtype)):
+    check_against_eager(torch.linalg.ldl_factor_ex, x)
+  for x in (sym, pairs):
+    ld, piv = torch.linalg.ldl_factor(x)
+    check_against_eager(torch.linalg.ldl_solve, ld, piv, _rand(*x.shape[:-1], 2, dtype=dtype, seed=8))
+  ld, piv = torch.linalg.ldl_factor(pairs)
+  f = _compiled(lambda piv: torch.linalg.ldl_solve(ld, piv, torch.ones(4, 1, dtype=dtype)))
+  f(piv)
+  _assert_native()
+  _raises_like_eager(lambda piv: torch.linalg.ldl_solve(ld, piv, torch.ones(4, 1, dtype=dtype)), f, torch.tensor([1, 2, 5, 4], dtype=torch.int32))

@@ -253,12 +253,19 @@ class _LinalgErrorCheck:
 
 
 class _PivotCheck:
-  """Raise eager's error for LAPACK pivots out of 1..m; hand the pivots through."""
+  """Raise eager's error for LAPACK pivots out of range (1..m; |.| for ldl); hand the pivots through."""
 
   def __init__(self, m: int, op: str): self.m, self.op = m, op
 
   def __call__(self, ipiv):
-    if self.op == "lu_unpack":
+    if self.op == "ldl_solve":
+      if bool((ipiv.abs() < 1).any()):
+        raise RuntimeError("Pivots given to ldl_solve must all satisfy |pivot| >= 1. "
+                           "Did you properly pass the result of ldl_factor?")
+      if bool((ipiv.abs() > self.m).any()):
+        raise RuntimeError("Pivots given to ldl_solve must all satisfy |pivot| <= LD.size(-2). "
+                           "Did you properly pass the result of ldl_factor?")
+    elif self.op == "lu_unpack":
       if bool(((ipiv < 1) | (ipiv > self.m)).any()):
         raise RuntimeError("pivots passed to lu_unpack must be between 1 and LU.size(-2) inclusive."
                            "Did you properly pass the result of lu_factor?")
@@ -705,4 +712,4 @@ def linalg_ldl_solve(ctx, ld, ipiv, b, hermitian=False):
   _float(ld)
   _check_size(ld.shape[-1])
   if ctx.val.numel() == 0: return LT.full(ctx.shape, 0, ctx.dtype)
-  return ldl_solve(ld, ipiv, b).broadcast_to(ctx.shape)
+  return ldl_solve(ld, _checked_pivots(ctx, ipiv, ld.shape[-2], "ldl_solve"), b).broadcast_to(ctx.shape)
