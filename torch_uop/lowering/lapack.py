@@ -1,13 +1,14 @@
-"""LAPACK-style linear algebra as generated kernels: LU with partial pivoting, Cholesky, triangular
-solves, and what torch builds on them (solve, inverse, determinants, lu_solve/unpack, cholesky_solve
-/inverse).
+"""LAPACK-style linear algebra as generated kernels: LU with partial pivoting, Cholesky, LDL^T with
+Bunch-Kaufman pivoting, triangular solves, and what torch builds on them (solve, inverse,
+determinants, lu_solve/unpack, cholesky_solve/inverse, ldl_solve).
 
 These algorithms are sequential over the matrix size n: step j reads what step j-1 wrote. Each is
 unrolled here at the tensor level into n steps of whole-matrix LT expressions (masks pick the rows
 and columns a step touches), batched over the leading dims. Every step ends in a realized buffer, and
 reads the previous one only through broadcasts and gathers of that buffer (never of an expression),
 so the scheduler makes one kernel per step: a Cholesky column; an LU step's rank-1 update, after its
-pivot search (one reduction in float32, two in float64); SOLVE_BLOCK rows of a triangular solve.
+pivot search (one reduction in float32, two in float64); SOLVE_BLOCK rows of a triangular solve; an
+LDL position after its two searches.
 Sizes above MAX_N fall back, to bound compile time (about 3 s and 50 kernels for a 16x16 solve).
 
 Results follow LAPACK as torch returns them: pivots 1-based int32, the first maximum |value| as
@@ -230,7 +231,6 @@ def _broadcast_batch(a: LT, b: LT) -> tuple[LT, LT]:
 def lu_solve(lu: LT, steps: list, b: LT, adjoint: bool = False) -> LT:
   """A X = B (or A^T X = B) for A = P L U given as packed LU and its row swaps."""
   lu, b = _broadcast_batch(lu, b)
-  n = lu.shape[-1]
   if not adjoint:   # X = U^-1 L^-1 P^T B
     y = _gather_rows(b, _row_origin(steps, b.shape))
     return solve_triangular(lu, solve_triangular(lu, y, upper=False, unit=True), upper=True)
