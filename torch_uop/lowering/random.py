@@ -1,11 +1,12 @@
 """Random lowerings: rand/randn/randint (and *_like), bernoulli, uniform, normal, exponential, geometric,
 log_normal, cauchy, native_dropout, rrelu (training), multinomial, fractional_max_pool2d/3d.
 
-Random numbers come from a counter-based generator evaluated inside the kernels: element i of a
-random node gets `splitmix64(key + (i + 1) * golden)`, where `key` mixes the graph's seed with the
-node's stream number. The seed is a one-element int64 buffer that a step draws from torch's default
-CPU generator at every call of the compiled graph, so torch.manual_seed(s) reproduces a compiled run,
-two calls give different numbers, and no two random nodes of a graph share a stream. Values follow
+Random numbers come from a counter-based generator evaluated inside the kernels: element i of the
+b-th random node of a graph gets `splitmix64(seed + (b * 2^40 + i + 1) * golden)`, position
+b * 2^40 + i of one splitmix64 sequence (the generator of Java's SplittableRandom). The seed is a
+one-element int64 buffer that a step draws from torch's default CPU generator at every call of the
+compiled graph, so torch.manual_seed(s) reproduces a compiled run, two calls give different numbers,
+and no two random values of one call share a sequence position. Values follow
 eager's distributions and scaling, not its exact bit stream (eager's mt19937 sequence is not replayed).
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ aten = torch.ops.aten
 
 _GOLDEN = 0x9E3779B97F4A7C15      # 2^64 / golden ratio, the splitmix64 increment
 _MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_BLOCK = 1 << 40                  # sequence positions reserved for one random node
 
 
 # ---------------- the generator
@@ -51,17 +53,21 @@ def _check_generator(kwargs):
 
 
 def random_bits(ctx, shape: tuple, draws: int = 1) -> list[LT]:
-  """`draws` independent tensors of 64 random bits (int64) of `shape`, from a stream of this node's own."""
+  """`draws` independent tensors of 64 random bits (int64) of `shape`. All random nodes of a graph read one
+  splitmix64 sequence, `mix(seed + (j + 1) * golden)`, each node its own block of 2^40 positions j, so
+  no two values of one call share a state."""
   state = getattr(ctx, "graph", None)
   if state is None: raise Unsupported("random numbers need the graph's seed")
+  n = math.prod(shape)
+  if n * draws >= _BLOCK: raise Unsupported(f"{n * draws} random values in one node")
   if "rng_seed" not in state.shared:
     state.shared["rng_seed"] = state.run_time_tensor(_DrawSeed(), "random seed", (1,), dtypes.int64).reshape(())
-    state.shared["rng_streams"] = 0
-  state.shared["rng_streams"] += 1
-  key = _mix64(state.shared["rng_seed"] + state.shared["rng_streams"] * _GOLDEN)
-  n = math.prod(shape)
+    state.shared["rng_blocks"] = 0
+  block = state.shared["rng_blocks"]
+  state.shared["rng_blocks"] += 1
   counter = LT.iota(max(n, 1)).shrink(((0, n),)).reshape(shape) * draws
-  return [_mix64(key + (counter + (k + 1)) * _GOLDEN) for k in range(draws)]
+  seed = state.shared["rng_seed"]
+  return [_mix64(seed + (counter + (block * _BLOCK + k + 1)) * _GOLDEN) for k in range(draws)]
 
 
 _MANTISSA = {dtypes.float64: 53, dtypes.float32: 24, dtypes.float16: 11, dtypes.bfloat16: 8}
@@ -196,7 +202,7 @@ def exponential(ctx, x, lambd=1.0, **kwargs):
   _float_result(ctx)
   if lambd <= 0: raise Unsupported("non-positive rate (eager raises)")
   # -ln(u) / lambda with u in (0, 1): never 0 and never inf, as eager's
-  return _result(uniform(ctx, ctx.shape, ctx.dtype, True).log() * (-1.0 / float(lambd)), ctx)
+  return _result(uniform(ctx, ctx.shape, _math_dtype(ctx.dtype), True).log() * (-1.0 / float(lambd)), ctx)
 
 
 @register(aten.cauchy.default)
@@ -204,7 +210,7 @@ def cauchy(ctx, x, median=0.0, sigma=1.0, **kwargs):
   _check_generator(kwargs)
   _float_result(ctx)
   if sigma <= 0: raise Unsupported("non-positive sigma (eager raises)")
-  u = uniform(ctx, ctx.shape, ctx.dtype, True)
+  u = uniform(ctx, ctx.shape, _math_dtype(ctx.dtype), True)
   return _result(((u - 0.5) * math.pi).math("tan") * float(sigma) + float(median), ctx)
 
 
