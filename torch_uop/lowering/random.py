@@ -164,6 +164,7 @@ def _float_result(ctx):
 def uniform_(ctx, x, low=0.0, high=1.0, **kwargs):
   _check_generator(kwargs)
   _float_result(ctx)
+  if low > high: raise Unsupported("uniform_ with from > to (eager raises)")
   u = uniform(ctx, ctx.shape, ctx.dtype)
   return _result(u * (float(high) - float(low)) + float(low), ctx)
 
