@@ -269,6 +269,7 @@ def test_fractional_max_pool2d_given_samples(dtype):
     check_against_eager(lambda x, s: F.fractional_max_pool2d(x, return_indices=True, _random_samples=s, **kw), x, samples)
   check_against_eager(lambda x, s: F.fractional_max_pool2d(x, 2, output_size=3, return_indices=True, _random_samples=s),
                       x[0], samples[:1])
+  check_against_eager(lambda x: F.fractional_max_pool2d(x, 2, output_size=3, return_indices=True), x[:0])   # empty batch
 
 
 @pytest.mark.parametrize("dtype", [torch.float32])

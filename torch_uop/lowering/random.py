@@ -333,7 +333,11 @@ def _fractional_max_pool(ctx, x: LT, kernel, out_size, samples: LT, nd: int):
   kernel = tuple(kernel) * (nd if len(kernel) == 1 else 1)
   out_size = tuple(out_size)
   if any(o + k - 1 > s for o, k, s in zip(out_size, kernel, spatial)): raise Unsupported("pool too large (eager raises)")
-  if x.numel() == 0 or math.prod(out_size) == 0: raise Unsupported("empty fractional pooling")
+  shape = (n, c, *out_size)
+  if math.prod(shape) == 0:  # nothing to pool (an empty batch): empty results
+    out, ind = LT.full(shape, 0, x.dtype), LT.full(shape, 0, dtypes.int64)
+    return (out, ind) if batched else (out.reshape(shape[1:]), ind.reshape(shape[1:]))
+  if x.numel() == 0: raise Unsupported("pooling an empty input (eager raises)")
   samples = samples.reshape((n, c, nd))
   # the sample for spatial dim d: eager's 2-d kernel takes [0] for W and [1] for H; the 3-d one [0] T, [1] H, [2] W
   sample_of = (1, 0) if nd == 2 else (0, 1, 2)
@@ -358,7 +362,6 @@ def _fractional_max_pool(ctx, x: LT, kernel, out_size, samples: LT, nd: int):
   if win.dtype.is_float:
     last_nan = win.isnan().where(flat, -1).reduce(Ops.MAX, kaxes, True)
     first = m.isnan().where(last_nan, first)
-  shape = (n, c, *out_size)
   out, ind = m.reshape(shape), first.reshape(shape)
   if not batched: out, ind = out.reshape(shape[1:]), ind.reshape(shape[1:])
   return out, ind
