@@ -103,20 +103,7 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
   inputs, buffer_slots = [], {}
   slot = 0
   g = LoweredGraph(inputs, [], buffer_slots, 0)
-
-  def host_call(fn, args: list, outputs: list) -> list:
-    """A lowering's own host step (LoweringContext.host_call): a FALLBACK node not counted as one."""
-    nonlocal slot
-    op = FallbackOp(fn, tuple(TensorRef(i) for i in range(len(args))), {}, len(outputs), _op_name(fn))
-    fb = UOp(Ops.FALLBACK, outputs[0][1], tuple(a.uop for a in args), op)
-    results = []
-    for k, (shape, dt) in enumerate(outputs):
-      buf = UOp(Ops.BUFFER, dt, (fb,), (slot, max(math.prod(shape), 1), k))
-      buffer_slots[buf] = slot
-      slot += 1
-      results.append(LT(UOp(Ops.VIEW, dt, (buf,), ShapeTracker.from_shape(tuple(shape)))))
-    return results
-
+  state = GraphState(buffer_slots, slot)
   for node in gm.graph.nodes:
     val = node.meta.get("val")
     if _is_symbolic(val): raise WholeGraphFallback(f"symbolic sizes at {node.name}")
@@ -145,7 +132,10 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
       reason = "no lowering registered"
       if fn is not None:
         try:
-          out = fn(LoweringContext(node, host_call), *args, **kwargs)
+          ctx = LoweringContext(node)
+          ctx.graph, state.slot = state, slot
+          try: out = fn(ctx, *args, **kwargs)
+          finally: slot = state.slot
           _check_result(node, out)
           env[node] = out
           g.nodes_lowered += 1
@@ -194,11 +184,40 @@ def _constant_node(gm, node, buffer_slots, slot):
   with unset_fake_temporarily():  # backends compile under a fake mode; this is a real tensor
     if t.numel() == 1: return LT.full(shape, t.item(), dt), slot
     t = t.detach().contiguous()
-  op = FallbackOp(_Constant(t), (), {}, 1, "constant")
-  fb = UOp(Ops.FALLBACK, dt, (), op)
+  return _run_time_tensor(_Constant(t), "constant", shape, dt, buffer_slots, slot)
+
+
+def _run_time_tensor(make, name: str, shape: tuple, dt, buffer_slots, slot):
+  """A buffer that a step with no inputs fills at each call with `make()` (a contiguous tensor)."""
+  fb = UOp(Ops.FALLBACK, dt, (), FallbackOp(make, (), {}, 1, name))
   buf = UOp(Ops.BUFFER, dt, (fb,), (slot, max(math.prod(shape), 1), 0))
   buffer_slots[buf] = slot
   return LT(UOp(Ops.VIEW, dt, (buf,), ShapeTracker.from_shape(shape))), slot + 1
+
+
+class GraphState:
+  """What the lowerings of one graph share: `shared` (e.g. its random seed) and `run_time_tensor`,
+  which adds a buffer filled at each call by a step with no inputs (`make()`, e.g. a seed drawn from torch)."""
+
+  def __init__(self, buffer_slots: dict, slot: int):
+    self.shared: dict = {}
+    self.buffer_slots, self.slot = buffer_slots, slot
+
+  def run_time_tensor(self, make, name: str, shape: tuple, dt) -> LT:
+    lt, self.slot = _run_time_tensor(make, name, shape, dt, self.buffer_slots, self.slot)
+    return lt
+
+  def host_call(self, fn, args: list, outputs: list) -> list:
+    """A lowering's own host step (LoweringContext.host_call): a FALLBACK node not counted as one."""
+    op = FallbackOp(fn, tuple(TensorRef(i) for i in range(len(args))), {}, len(outputs), _op_name(fn))
+    fb = UOp(Ops.FALLBACK, outputs[0][1], tuple(a.uop for a in args), op)
+    results = []
+    for k, (shape, dt) in enumerate(outputs):
+      buf = UOp(Ops.BUFFER, dt, (fb,), (self.slot, max(math.prod(shape), 1), k))
+      self.buffer_slots[buf] = self.slot
+      self.slot += 1
+      results.append(LT(UOp(Ops.VIEW, dt, (buf,), ShapeTracker.from_shape(tuple(shape)))))
+    return results
 
 
 def _op_name(target) -> str: return str(getattr(target, "__name__", target))

@@ -35,16 +35,16 @@ def lowering_for(target):
 
 
 class LoweringContext:
-  def __init__(self, node: torch.fx.Node, host_call: Callable | None = None):
+  def __init__(self, node: torch.fx.Node):
     self.node = node
     self.val = node.meta.get("val")
-    self._host_call = host_call
+    self.graph = None  # the lowering's GraphState (lowering/graph.py), set while a graph is lowered
 
   def host_call(self, fn: Callable, inputs: list, outputs: list) -> list:
     """At run time, call `fn(*inputs)` on torch tensors between kernels; `outputs` lists its results as
     (shape, IR dtype) pairs. Returns an LT per result, for the lowering to build on."""
-    if self._host_call is None: raise Unsupported("no graph to add a host step to")
-    return self._host_call(fn, list(inputs), list(outputs))
+    if self.graph is None: raise Unsupported("no graph to add a host step to")
+    return self.graph.host_call(fn, list(inputs), list(outputs))
 
   @property
   def vals(self) -> list: return list(self.val) if isinstance(self.val, (tuple, list)) else [self.val]
