@@ -378,9 +378,9 @@ def nextafter(ctx, a, b):
     away = (x < y).eq(x > 0)                                   # moving away from zero grows the magnitude bits
     stepped = bits + away.where(bits.const_like(1), bits.const_like(-1))
     tiny = (x < y).where(bits.const_like(1), bits.const_like(it.min() + 1))   # +-smallest subnormal from +-0
-    res = x.eq(0).where(tiny, stepped).bitcast(out).cast(x.dtype)
-    res = x.eq(y).where(y, res)
-    return (x.isnan() | y.isnan()).where(x + y, res)
+    res = x.eq(0).where(tiny, stepped)
+    res = x.eq(y).where(y.cast(out).bitcast(it), res)
+    return (x.isnan() | y.isnan()).where((x + y).cast(out).bitcast(it), res).bitcast(out)   # no round trip of subnormals
   return elementwise(ctx, DEFAULT, f, a, b)
 
 
