@@ -1,0 +1,123 @@
+"""Assorted lowerings: _trilinear (nn.functional.bilinear), tril_indices / triu_indices, nonzero_static, mode.
+
+Each is written with counting reductions over an extra axis (no scatters, no data-dependent shapes):
+the k-th nonzero is found by counting prefix sums, the row of the k-th triangle entry by counting the
+rows that end before it. These are O(n^2) in the counted extent, so large inputs fall back.
+"""
+from __future__ import annotations
+import math
+import torch
+from torch_uop.core.uop import Ops
+from torch_uop.core.dtypes import dtypes
+from torch_uop.lowering.registry import register, Unsupported
+from torch_uop.lowering.tensor import LT, compute_dtype
+
+aten = torch.ops.aten
+
+# the largest [a, b] counting grid a lowering here builds; beyond it the node falls back
+MAX_COUNT_GRID = 1 << 24
+
+
+def _grid_ok(*sizes) -> None:
+  if math.prod(sizes) > MAX_COUNT_GRID: raise Unsupported(f"counting grid {sizes} too large")
+
+
+@register(aten._trilinear.default)
+def trilinear(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+  """Each input unsqueezed at its expand dims, the three multiplied, summed over sumdim."""
+  acc = compute_dtype(ctx.dtype)
+  def expanded(x, dims):
+    for d in sorted(dims): x = x.unsqueeze(d)
+    return x.cast(acc)
+  a, b, c = expanded(i1, expand1), expanded(i2, expand2), expanded(i3, expand3)
+  prod = a * b * c
+  if not sumdim: return prod.cast(ctx.dtype)
+  return prod.sum(tuple(sumdim), keepdim=False).cast(ctx.dtype)
+
+
+@register(aten.tril_indices.default, aten.triu_indices.default)
+def tri_indices(ctx, row, col, offset=0, **kwargs):
+  """[2, N] coordinates of the lower (upper) triangle in row-major order. Row r holds the columns
+  [start(r), start(r) + count(r)); entry k lies in the row r = #{rows that end at or before k}."""
+  lower = ctx.node.target is aten.tril_indices.default
+  n = ctx.shape[1]
+  if n == 0 or row == 0: return LT.full(ctx.shape, 0, ctx.dtype)
+  _grid_ok(row, row)
+  _grid_ok(n, row)
+  r = LT.iota(row)
+  start = LT.full((row,), 0, dtypes.int64) if lower else (r + offset).maximum(0).minimum(col)
+  end = (r + offset + 1).maximum(0).minimum(col) if lower else LT.full((row,), col, dtypes.int64)
+  count = end - start                                                           # [row]
+  jj = LT.iota(row).reshape((1, row)).broadcast_to((row, row))
+  ii = LT.iota(row).reshape((row, 1)).broadcast_to((row, row))
+  row_end = (jj <= ii).where(count.reshape((1, row)).broadcast_to((row, row)), 0).sum((1,), keepdim=False)   # [row] inclusive prefix
+  k = LT.iota(n).reshape((n, 1)).broadcast_to((n, row))
+  done = row_end.reshape((1, row)).broadcast_to((n, row)) <= k                  # rows wholly before entry k
+  rows = done.cast(dtypes.int64).sum((1,), keepdim=False)                       # [n]
+  before = done.where(count.reshape((1, row)).broadcast_to((n, row)), 0).sum((1,), keepdim=False)
+  row_start = (rows + offset).maximum(0) if not lower else rows.const_like(0)
+  cols = LT.iota(n) - before + row_start
+  which = LT.iota(2).reshape((2, 1)).broadcast_to((2, n))
+  out = which.eq(0).where(rows.reshape((1, n)).broadcast_to((2, n)), cols.reshape((1, n)).broadcast_to((2, n)))
+  return out.cast(ctx.dtype)
+
+
+@register(aten.nonzero_static.default)
+def nonzero_static(ctx, x, *, size, fill_value=-1):
+  """The first `size` nonzero coordinates in row-major order, rows past the count filled with fill_value.
+  The flat position of the k-th nonzero is the number of elements whose inclusive nonzero count is <= k."""
+  shape = ctx.shape
+  if math.prod(shape) == 0: return LT.full(shape, 0, ctx.dtype)
+  n = x.numel()
+  if n == 0: return LT.full(shape, fill_value, ctx.dtype)
+  _grid_ok(n, n)
+  _grid_ok(size, n)
+  nz = x.reshape((n,)).ne(0).cast(dtypes.int64)
+  jj = LT.iota(n).reshape((1, n)).broadcast_to((n, n))
+  ii = LT.iota(n).reshape((n, 1)).broadcast_to((n, n))
+  seen = (jj <= ii).where(nz.reshape((1, n)).broadcast_to((n, n)), 0).sum((1,), keepdim=False)         # [n]
+  k = LT.iota(size).reshape((size, 1)).broadcast_to((size, n))
+  pos = (seen.reshape((1, n)).broadcast_to((size, n)) <= k).cast(dtypes.int64).sum((1,), keepdim=False)   # [size]
+  valid = pos < n
+  dims = x.shape
+  cols = []
+  for d in range(len(dims)):
+    inner = math.prod(dims[d + 1:])
+    coord = pos.alu(Ops.IDIV, pos.const_like(inner)).alu(Ops.MOD, pos.const_like(dims[d]))
+    cols.append(valid.where(coord, pos.const_like(fill_value)).reshape((size, 1)))
+  which = LT.iota(len(dims)).reshape((1, len(dims))).broadcast_to(shape)
+  out = cols[-1].broadcast_to(shape)
+  for d in reversed(range(len(dims) - 1)): out = which.eq(d).where(cols[d].broadcast_to(shape), out)
+  return out.cast(ctx.dtype)
+
+
+# eager's CPU mode sorts (value, index) pairs with std::sort: up to 16 elements that is an insertion
+# sort, stable for a strict order; with NaNs (no strict order) or longer rows its order is its own
+MODE_MAX_LEN = 16
+
+
+@register(aten.mode.default)
+def mode(ctx, x, dim=-1, keepdim=False):
+  """The smallest of the most frequent values along dim and the last index holding it (eager's scan of
+  the stably sorted row). Floats fall back: a NaN anywhere changes eager's sort order."""
+  if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
+  dim %= x.ndim
+  n = x.shape[dim]
+  if x.dtype.is_float: raise Unsupported("mode of floats: eager's order with NaNs is its sort's own")
+  if n > MODE_MAX_LEN: raise Unsupported(f"mode over {n} > {MODE_MAX_LEN} elements: eager's tie order is introsort's")
+  if x.numel() == 0: return LT.full(ctx.shape_of(0), 0, ctx.dtype_of(0)), LT.full(ctx.shape_of(1), 0, dtypes.int64)
+  acc = dtypes.int32 if x.dtype.is_bool else x.dtype
+  v = x.cast(acc).transpose(dim, x.ndim - 1)                        # [.., n]
+  lead = v.shape[:-1]
+  full = (*lead, n, n)                                              # [.., i, j]
+  a = v.reshape((*lead, n, 1)).broadcast_to(full)
+  b = v.reshape((*lead, 1, n)).broadcast_to(full)
+  count = a.eq(b).cast(dtypes.int64).sum((len(lead) + 1,), keepdim=False)        # [.., n]
+  best = count.max((len(lead),), keepdim=True)
+  cand = count.eq(best.broadcast_to(count.shape))
+  smallest = cand.where(v, acc.max()).reduce(Ops.MIN, (len(lead),), True)
+  hit = cand & v.eq(smallest.broadcast_to(v.shape))
+  idx = hit.where(LT.iota(n).reshape((1,) * len(lead) + (n,)).broadcast_to(v.shape), -1).max((len(lead),), keepdim=True)
+  vals, idx = smallest.cast(x.dtype).transpose(dim, x.ndim - 1), idx.transpose(dim, x.ndim - 1)
+  if not keepdim: vals, idx = vals.squeeze_dims((dim,)), idx.squeeze_dims((dim,))
+  return vals, idx
