@@ -121,3 +121,53 @@ def mode(ctx, x, dim=-1, keepdim=False):
   vals, idx = smallest.cast(x.dtype).transpose(dim, x.ndim - 1), idx.transpose(dim, x.ndim - 1)
   if not keepdim: vals, idx = vals.squeeze_dims((dim,)), idx.squeeze_dims((dim,))
   return vals, idx
+
+
+@register(aten.segment_reduce.default)
+def segment_reduce(ctx, data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+  """Reduce each segment [start, end) of data along axis, segments given by lengths or offsets (batched
+  over the leading dims of data before axis). An empty segment gives `initial`, or the reduction's
+  identity (NaN for mean). Lengths that do not cover the data are not checked (eager raises)."""
+  if indices is not None or (lengths is None) == (offsets is None): raise Unsupported("segment_reduce by indices")
+  axis %= data.ndim
+  acc = compute_dtype(ctx.dtype)
+  if lengths is not None:
+    s = lengths.shape[-1]
+    ln = lengths.cast(dtypes.int64)
+    tri = (LT.iota(s).reshape((1, s)).broadcast_to((s, s)) <= LT.iota(s).reshape((s, 1)).broadcast_to((s, s)))
+    ends = tri.reshape((1,) * (ln.ndim - 1) + (s, s)).broadcast_to((*ln.shape[:-1], s, s)).where(
+      ln.unsqueeze(-2).broadcast_to((*ln.shape[:-1], s, s)), 0).sum((-1,), keepdim=False)
+    starts = ends - ln
+  else:
+    s = offsets.shape[-1] - 1
+    off = offsets.cast(dtypes.int64)
+    starts, ends = off.slice(-1, 0, s), off.slice(-1, 1, s + 1)
+  n = data.shape[axis]
+  lead, rest = data.shape[:axis], data.shape[axis + 1:]
+  if tuple(starts.shape[:-1]) != tuple(lead): raise Unsupported("segment lengths batched differently from data")
+  _grid_ok(math.prod(lead), s, n, math.prod(rest))
+  full = (*lead, s, n, *rest)
+  def seg(t): return t.reshape((*lead, s, 1) + (1,) * len(rest)).broadcast_to(full)
+  pos = LT.iota(n).reshape((1,) * len(lead) + (1, n) + (1,) * len(rest)).broadcast_to(full)
+  inside = (seg(starts) <= pos) & (pos < seg(ends))
+  x = data.cast(acc).unsqueeze(axis).broadcast_to(full)
+  count = (ends - starts).cast(acc).reshape((*lead, s) + (1,) * len(rest)).broadcast_to(ctx.shape)
+  if reduce in ("sum", "mean"): out = inside.where(x, 0.0).sum((axis + 1,), keepdim=False)
+  elif reduce == "prod": out = inside.where(x, 1.0).reduce(Ops.MUL, (axis + 1,), False)
+  elif reduce in ("max", "min"):
+    op, empty = (Ops.MAX, -math.inf) if reduce == "max" else (Ops.MIN, math.inf)
+    out = inside.where(x, empty).reduce(op, (axis + 1,), False)
+    has_nan = (inside & x.isnan()).reduce(Ops.MAX, (axis + 1,), False)     # NaN wins, as eager's scan
+    out = has_nan.where(out.const_like(math.nan), out)
+  else: raise Unsupported(f"segment_reduce {reduce}")
+  if initial is not None:
+    init = out.const_like(float(initial))
+    if reduce in ("sum", "mean"): out = out + init
+    elif reduce == "prod": out = out * init
+    else:
+      nan = out.isnan()
+      out = nan.where(out, out.maximum(init) if reduce == "max" else out.minimum(init))
+  if reduce == "mean":
+    empty_val = out.const_like(float(initial) if initial is not None else math.nan)
+    out = count.eq(0).where(empty_val, out / count)
+  return out.cast(ctx.dtype)
