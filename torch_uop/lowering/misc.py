@@ -171,3 +171,29 @@ def segment_reduce(ctx, data, reduce, *, lengths=None, indices=None, offsets=Non
     empty_val = out.const_like(float(initial) if initial is not None else math.nan)
     out = count.eq(0).where(empty_val, out / count)
   return out.cast(ctx.dtype)
+
+
+@register(aten.as_strided_scatter.default)
+def as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
+  """A copy of x (contiguous, storage offset 0, as eager's clone) with the strided window replaced by src.
+  Each output element takes the src element that lands on it, found by matching window offsets; the
+  window is known at compile time, so overlapping or out-of-range windows fall back."""
+  val = ctx.node.args[0].meta.get("val")
+  if not isinstance(val, torch.Tensor) or not val.is_contiguous(): raise Unsupported("as_strided_scatter into a non-contiguous input")
+  size, stride, off = tuple(size), tuple(stride), storage_offset or 0
+  n, m = x.numel(), math.prod(size)
+  out = x.cast(ctx.dtype)
+  if m == 0 or n == 0: return out
+  _grid_ok(n, m)
+  offsets = [off]
+  for s, st in zip(size, stride): offsets = [o + i * st for o in offsets for i in range(s)]
+  if len(set(offsets)) != m or min(offsets) < 0 or max(offsets) >= n: raise Unsupported("overlapping or out-of-range window")
+  j = LT.iota(m)
+  where_j = j.const_like(off)
+  for d, (s, st) in enumerate(zip(size, stride)):
+    inner = math.prod(size[d + 1:])
+    where_j = where_j + j.alu(Ops.IDIV, j.const_like(inner)).alu(Ops.MOD, j.const_like(s)) * st
+  hit = where_j.reshape((1, m)).broadcast_to((n, m)).eq(LT.iota(n).reshape((n, 1)).broadcast_to((n, m)))
+  pick = hit.where(LT.iota(m).reshape((1, m)).broadcast_to((n, m)), -1).max((1,), keepdim=False)   # [n]
+  taken = src.cast(ctx.dtype).reshape((m,)).gather(0, pick.maximum(0))
+  return (pick >= 0).where(taken, out.reshape((n,))).reshape(ctx.shape)
