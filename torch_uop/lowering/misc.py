@@ -197,3 +197,64 @@ def as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
   pick = hit.where(LT.iota(m).reshape((1, m)).broadcast_to((n, m)), -1).max((1,), keepdim=False)   # [n]
   taken = src.cast(ctx.dtype).reshape((m,)).gather(0, pick.maximum(0))
   return (pick >= 0).where(taken, out.reshape((n,))).reshape(ctx.shape)
+
+
+def _grid_source_index(coord: LT, size: int, padding_mode: int, align_corners: bool) -> LT:
+  """A normalized grid coordinate in [-1, 1] -> a pixel coordinate, with border or reflection padding."""
+  mul = (size - 1) / 2 if align_corners else size / 2
+  c = coord * mul + (size - 1) / 2
+  if padding_mode == 0: return c
+  if padding_mode == 2:
+    lo2, hi2 = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+    if lo2 == hi2: c = c.const_like(0.0)
+    else:
+      lo, span = lo2 / 2, (hi2 - lo2) / 2
+      d = (c - lo).math("abs")
+      extra = d.math("fmod", d.const_like(span))
+      flips = (d / span).math("floor")
+      even = flips.math("fmod", flips.const_like(2.0)).eq(0)
+      c = even.where(extra + lo, (extra * -1.0) + (span + lo))
+  return c.maximum(0.0).minimum(float(size - 1))
+
+
+@register(aten.grid_sampler_3d.default)
+def grid_sampler_3d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
+  """Trilinear or nearest sampling of x [N, C, D, H, W] at grid [N, Do, Ho, Wo, (x, y, z)]: a gather of the
+  8 (or 1) surrounding voxels, out-of-range corners contributing zero."""
+  if interpolation_mode not in (0, 1) or padding_mode not in (0, 1, 2): raise Unsupported("grid_sampler_3d mode")
+  n, c, d, h, w = x.shape
+  _, od, oh, ow, _ = grid.shape
+  out_shape = (n, c, od, oh, ow)
+  if math.prod(out_shape) == 0: return LT.full(out_shape, 0, ctx.dtype)
+  acc = compute_dtype(ctx.dtype)
+  g = grid.cast(acc)
+  coords = [_grid_source_index(g.slice(4, k, k + 1).reshape((n, 1, od, oh, ow)), size, padding_mode, align_corners)
+            for k, size in enumerate((w, h, d))]                                           # ix, iy, iz
+  src = x.cast(acc)
+
+  def corner(ix, iy, iz):
+    inside = None
+    for i, size in zip((ix, iy, iz), (w, h, d)):
+      ok = (i >= 0) & (i < size)
+      inside = ok if inside is None else inside & ok
+    idx = [i.cast(dtypes.int64).broadcast_to(out_shape) for i in (iz, iy, ix)]
+    v = src.gather_nd((0, 1, ("idx", 0), ("idx", 1), ("idx", 2)), idx)
+    return inside.broadcast_to(out_shape), v
+
+  if interpolation_mode == 1:
+    inside, v = corner(*[i.math("round") for i in coords])
+    return inside.where(v, 0.0).cast(ctx.dtype)
+  lo = [i.math("floor") for i in coords]
+  total = None
+  for dz in (0, 1):          # eager's order: top (z) then bottom; north (y) then south; west (x) then east
+    for dy in (0, 1):
+      for dx in (0, 1):
+        cx, cy, cz = lo[0] + dx, lo[1] + dy, lo[2] + dz
+        wgt = None
+        for i, corner_i, dd in zip(coords, (cx, cy, cz), (dx, dy, dz)):
+          f = (i - (corner_i - 1)) if dd else ((corner_i + 1) - i)      # distance weight along one axis
+          wgt = f if wgt is None else wgt * f
+        inside, v = corner(cx, cy, cz)
+        term = inside.where(v * wgt.broadcast_to(out_shape), 0.0)
+        total = term if total is None else total + term
+  return total.cast(ctx.dtype)
