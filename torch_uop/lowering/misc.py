@@ -258,3 +258,56 @@ def grid_sampler_3d(ctx, x, grid, interpolation_mode, padding_mode, align_corner
         term = inside.where(v * wgt.broadcast_to(out_shape), 0.0)
         total = term if total is None else total + term
   return total.cast(ctx.dtype)
+
+
+def _only_first_output_used(node) -> bool:
+  import operator
+  return all(u.target is operator.getitem and u.args[1] == 0 for u in node.users)
+
+
+@register(aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
+def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+  """Bags of embedding rows reduced by sum (optionally weighted per sample), mean or max, as masked
+  reductions over a [bags, indices, dim] grid. Bag b holds indices [offsets[b], offsets[b+1]) (the last one
+  up to the end; with include_last_offset the sum stops at the last offset while mean's count and max
+  run to the end, as eager). Eager's auxiliary outputs (offset2bag, bag sizes, max indices) follow
+  mode-specific rules of its kernels: only graphs that do not read them are lowered."""
+  if not _only_first_output_used(ctx.node): raise Unsupported("embedding_bag auxiliary outputs are read")
+  if mode not in (0, 1, 2) or (per_sample_weights is not None and mode != 0): raise Unsupported(f"embedding_bag mode {mode}")
+  out_shape = ctx.shape_of(0)
+  aux = [LT.full(ctx.shape_of(k), 0, ctx.dtype_of(k)) for k in (1, 2, 3)]
+  b, dim = out_shape
+  n = indices.numel()
+  if b * dim == 0 or n == 0: return (LT.full(out_shape, 0, ctx.dtype_of(0)), *aux)
+  _grid_ok(b, n, dim)
+  acc = compute_dtype(ctx.dtype_of(0))
+  idx = indices.reshape((n,)).cast(dtypes.int64)
+  rows = weight.cast(acc).gather_nd((("idx", 0), 1), [idx.reshape((n, 1)).broadcast_to((n, dim))])       # [n, dim]
+  off = offsets.reshape((offsets.numel(),)).cast(dtypes.int64)
+  starts = off.slice(0, 0, b)
+  to_end = off.slice(0, 1, b).pad(((0, 1),), n)                      # the last bag runs to the end
+  ends = off.slice(0, 1, b + 1) if include_last_offset else to_end
+  pos = LT.iota(n).reshape((1, n)).broadcast_to((b, n))
+  keep = idx.ne(padding_idx).reshape((1, n)).broadcast_to((b, n)) if padding_idx is not None and padding_idx >= 0 \
+    else LT.full((b, n), True, dtypes.bool)
+  def member(end): return (starts.reshape((b, 1)).broadcast_to((b, n)) <= pos) & (pos < end.reshape((b, 1)).broadcast_to((b, n))) & keep
+  grid = (b, n, dim)
+  vals = rows.reshape((1, n, dim)).broadcast_to(grid)
+  if mode in (0, 1):
+    if per_sample_weights is not None: vals = vals * per_sample_weights.cast(acc).reshape((1, n, 1)).broadcast_to(grid)
+    total = member(ends).reshape((b, n, 1)).broadcast_to(grid).where(vals, 0.0).sum((1,), keepdim=False)
+    if mode == 1:
+      count = member(to_end).cast(acc).sum((1,), keepdim=False).reshape((b, 1)).broadcast_to(out_shape)
+      total = count.eq(0).where(0.0, total / count)
+    return (total.cast(ctx.dtype_of(0)), *aux)
+  # max: eager scans keeping the first value and replacing it only by a greater one, so a NaN first
+  # value sticks and later NaNs are skipped
+  mem = member(to_end)
+  first = mem.where(pos, n).reduce(Ops.MIN, (1,), False)                                      # [b]
+  first_val = rows.gather_nd((("idx", 0), 1), [first.minimum(n - 1).reshape((b, 1)).broadcast_to(out_shape)])
+  m3 = mem.reshape((b, n, 1)).broadcast_to(grid)
+  best = (m3 & vals.isnan().logical_not()).where(vals, -math.inf).reduce(Ops.MAX, (1,), False)
+  res = first_val.isnan().where(first_val, best)
+  res = (first < n).reshape((b, 1)).broadcast_to(out_shape).where(res, 0.0)
+  return (res.cast(ctx.dtype_of(0)), *aux)
