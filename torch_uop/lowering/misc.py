@@ -311,3 +311,27 @@ def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=
   res = first_val.isnan().where(first_val, best)
   res = (first < n).reshape((b, 1)).broadcast_to(out_shape).where(res, 0.0)
   return (res.cast(ctx.dtype_of(0)), *aux)
+
+
+@register(aten.embedding_renorm.default)
+def embedding_renorm(ctx, weight, indices, max_norm, norm_type):
+  """Rows of weight named in indices whose p-norm exceeds max_norm are scaled by max_norm / (norm + 1e-7).
+  As eager: the norm is rounded to weight's dtype, the scale computed in double and applied as a scalar
+  of the computation dtype."""
+  v, dim = weight.shape
+  n = indices.numel()
+  if v * dim == 0 or n == 0: return weight
+  _grid_ok(v, n)
+  acc = compute_dtype(weight.dtype)
+  used = indices.reshape((1, n)).cast(dtypes.int64).broadcast_to((v, n)).eq(LT.iota(v).reshape((v, 1)).broadcast_to((v, n)))
+  used = used.reduce(Ops.MAX, (1,), False)                                                       # [v]
+  a = weight.cast(acc).math("abs")
+  p = float(norm_type)
+  if p == math.inf: norm = a.reduce(Ops.MAX, (1,), False)
+  elif p == 1: norm = a.sum((1,), keepdim=False)
+  elif p == 2: norm = (a * a).sum((1,), keepdim=False).sqrt()
+  else: norm = a.math("pow", a.const_like(p)).sum((1,), keepdim=False).math("pow", 1.0 / p)
+  norm = norm.cast(weight.dtype).cast(dtypes.float64)
+  scale = norm.const_like(float(max_norm)) / (norm + 1e-7)
+  scale = (used & (norm > float(max_norm))).where(scale, 1.0).cast(acc)
+  return (weight.cast(acc) * scale.reshape((v, 1)).broadcast_to((v, dim))).cast(weight.dtype)
