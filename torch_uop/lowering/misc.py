@@ -335,3 +335,116 @@ def embedding_renorm(ctx, weight, indices, max_norm, norm_type):
   scale = norm.const_like(float(max_norm)) / (norm + 1e-7)
   scale = (used & (norm > float(max_norm))).where(scale, 1.0).cast(acc)
   return (weight.cast(acc) * scale.reshape((v, 1)).broadcast_to((v, dim))).cast(weight.dtype)
+
+
+def _linspace_edges(lo: LT, hi: LT, bins: int) -> LT:
+  """bins + 1 edges from lo to hi as eager's linspace: step = (hi - lo) / bins in the edges' dtype, the
+  first half lo + step * i, the second half hi - step * (bins - i), each with one rounding (eager's fused
+  multiply-add; float32 edges are formed in float64, where the product is exact)."""
+  dt = lo.dtype
+  step = (hi - lo) / float(bins)
+  wide = dtypes.float64
+  i = LT.iota(bins + 1).cast(wide)
+  s, e, st = (t.cast(wide).reshape((1,)).broadcast_to((bins + 1,)) for t in (lo, hi, step))
+  first, second = s + st * i, e - st * (i * -1.0 + float(bins))
+  return (LT.iota(bins + 1) < (bins + 1) // 2).where(first, second).cast(dt)
+
+
+def _outer_edges(col: LT, rng) -> tuple[LT, LT]:
+  """The outermost edges of one dim: the given range, or the data's min and max; an empty range is
+  widened by 0.5 each way."""
+  dt = col.dtype
+  if rng is not None:
+    lo, hi = float(rng[0]), float(rng[1])
+    if lo == hi: lo, hi = lo - 0.5, hi + 0.5
+    return LT.full((), lo, dt), LT.full((), hi, dt)
+  if col.numel() == 0: return LT.full((), 0.0, dt), LT.full((), 1.0, dt)    # numpy's range for no data
+  lo, hi = col.reduce(Ops.MIN, (0,), False), col.reduce(Ops.MAX, (0,), False)
+  same = lo.eq(hi)
+  return same.where(lo - 0.5, lo), same.where(hi + 0.5, hi)
+
+
+def _histogram_dd(x: LT, edges: list, weight, density: bool, out_dtype) -> LT:
+  """Counts (or weight sums) of the rows of x [N, D] in the grid of bins given by edges[d] [b_d + 1].
+  An element's bin is the number of edges <= it, less one; the last bin holds its right edge."""
+  n, d = x.shape
+  bins = [e.shape[0] - 1 for e in edges]
+  total = math.prod(bins)
+  if total == 0: return LT.full(tuple(bins), 0, out_dtype)
+  hist = LT.full(tuple(bins), 0.0, x.dtype) if n == 0 else _bin_counts(x, edges, bins, weight)
+  if density:
+    widths = None
+    for k, (e, b) in enumerate(zip(edges, bins)):
+      wk = (e.slice(0, 1, b + 1) - e.slice(0, 0, b)).reshape(tuple(b if j == k else 1 for j in range(d))).broadcast_to(tuple(bins))
+      widths = wk if widths is None else widths * wk
+    s = hist.sum(tuple(range(d)), keepdim=True).broadcast_to(tuple(bins))
+    hist = hist / (s * widths)
+  return hist.cast(out_dtype)
+
+
+def _bin_counts(x: LT, edges: list, bins: list, weight) -> LT:
+  n = x.shape[0]
+  total = math.prod(bins)
+  for b in bins: _grid_ok(n, b + 1)
+  _grid_ok(total, n)
+  flat, inside = None, None
+  for k, (e, b) in enumerate(zip(edges, bins)):
+    v = x.slice(1, k, k + 1).reshape((n,))
+    le = e.reshape((1, b + 1)).broadcast_to((n, b + 1)) <= v.reshape((n, 1)).broadcast_to((n, b + 1))
+    pos = (le.cast(dtypes.int64).sum((1,), keepdim=False) - 1).minimum(b - 1)
+    ok = (v >= e.slice(0, 0, 1).reshape(()).broadcast_to((n,))) & (v <= e.slice(0, b, b + 1).reshape(()).broadcast_to((n,)))
+    inside = ok if inside is None else inside & ok
+    flat = pos if flat is None else flat * b + pos
+  flat = inside.where(flat, -1)
+  w = weight.cast(x.dtype).reshape((n,)) if weight is not None else LT.full((n,), 1.0, x.dtype)
+  hit = flat.reshape((1, n)).broadcast_to((total, n)).eq(LT.iota(total).reshape((total, 1)).broadcast_to((total, n)))
+  return hit.where(w.reshape((1, n)).broadcast_to((total, n)), 0.0).sum((1,), keepdim=False).reshape(tuple(bins))
+
+
+def _float_input(x: LT) -> None:
+  if x.dtype not in (dtypes.float32, dtypes.float64): raise Unsupported(f"histogram of {x.dtype}")
+
+
+@register(aten.histogram.bin_ct)
+def histogram_bin_ct(ctx, x, bins=100, *, range=None, weight=None, density=False):
+  _float_input(x)
+  flat = x.reshape((x.numel(),))
+  edges = _linspace_edges(*_outer_edges(flat, range), bins)
+  return _histogram_dd(flat.reshape((flat.numel(), 1)), [edges], weight, density, ctx.dtype_of(0)), edges
+
+
+@register(aten.histogram.bins_tensor)
+def histogram_bins_tensor(ctx, x, bins, *, weight=None, density=False):
+  _float_input(x)
+  flat = x.reshape((x.numel(),))
+  edges = bins.cast(x.dtype)
+  return _histogram_dd(flat.reshape((flat.numel(), 1)), [edges], weight, density, ctx.dtype_of(0)), edges
+
+
+def _dd_rows(x: LT) -> LT:
+  d = x.shape[-1]
+  return x.reshape((x.numel() // d if d else 0, d))
+
+
+def _dd_edges(x: LT, bins, rng) -> list:
+  rows = _dd_rows(x)
+  return [_linspace_edges(*_outer_edges(rows.slice(1, k, k + 1).reshape((rows.shape[0],)),
+                                        None if rng is None else rng[2 * k: 2 * k + 2]), b) for k, b in enumerate(bins)]
+
+
+@register(aten._histogramdd_bin_edges.default)
+def histogramdd_bin_edges(ctx, x, bins, *, range=None, weight=None, density=False):
+  _float_input(x)
+  return _dd_edges(x, bins, range)
+
+
+@register(aten._histogramdd_from_bin_cts.default)
+def histogramdd_from_bin_cts(ctx, x, bins, *, range=None, weight=None, density=False):
+  _float_input(x)
+  return _histogram_dd(_dd_rows(x), _dd_edges(x, bins, range), weight, density, ctx.dtype)
+
+
+@register(aten._histogramdd_from_bin_tensors.default)
+def histogramdd_from_bin_tensors(ctx, x, bins, *, weight=None, density=False):
+  _float_input(x)
+  return _histogram_dd(_dd_rows(x), [b.cast(x.dtype) for b in bins], weight, density, ctx.dtype)
