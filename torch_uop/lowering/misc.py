@@ -448,3 +448,63 @@ def histogramdd_from_bin_cts(ctx, x, bins, *, range=None, weight=None, density=F
 def histogramdd_from_bin_tensors(ctx, x, bins, *, weight=None, density=False):
   _float_input(x)
   return _histogram_dd(_dd_rows(x), [b.cast(x.dtype) for b in bins], weight, density, ctx.dtype)
+
+
+def _linear_ce_parts(x, lw, target, lb, w, ignore_index):
+  """Per-sample pieces of cross entropy over logits = x @ lw^T (+ lb), in float32 or wider:
+  (logits [N, C], softmax [N, C], one-hot of the target [N, C], per-sample weight [N] (0 if ignored), nll [N])."""
+  from torch_uop.lowering.linalg import matmul
+  acc = compute_dtype(x.dtype)
+  n, c = x.shape[0], lw.shape[0]
+  logits = matmul(x.cast(acc), lw.cast(acc).transpose(0, 1))
+  if lb is not None: logits = logits + lb.cast(acc).reshape((1, c)).broadcast_to((n, c))
+  m = logits.max((1,), keepdim=True).broadcast_to((n, c))
+  e = (logits - m).exp()
+  total = e.sum((1,), keepdim=True).broadcast_to((n, c))
+  lse = (total.log() + m).slice(1, 0, 1).reshape((n,))
+  onehot = target.reshape((n, 1)).cast(dtypes.int64).broadcast_to((n, c)).eq(LT.iota(c).reshape((1, c)).broadcast_to((n, c)))
+  picked = onehot.where(logits, 0.0).sum((1,), keepdim=False)
+  valid = target.reshape((n,)).cast(dtypes.int64).ne(ignore_index)
+  wt = onehot.where(w.cast(acc).reshape((1, c)).broadcast_to((n, c)), 0.0).sum((1,), keepdim=False) if w is not None \
+    else LT.full((n,), 1.0, acc)
+  wt = valid.where(wt, 0.0)
+  return logits, e / total, onehot, wt, lse - picked
+
+
+def _register_linear_ce():
+  try:
+    import torch.nn.modules.linear_cross_entropy  # noqa: F401  defines the torch_nn custom ops
+    chunked = torch.ops.torch_nn._linear_cross_entropy_batch_chunked.default
+    no_red = torch.ops.torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default
+  except (ImportError, AttributeError, RuntimeError): return   # this torch has no chunked linear_cross_entropy
+
+  @register(chunked)
+  def linear_cross_entropy_chunked(ctx, x, lw, target, lb, w, reduction, ignore_index, label_smoothing, batch_chunk_size,
+                                   acc_policy, acc_dtype, allow_retain_graph, grad_x, grad_lw, grad_lb):
+    """Mean or sum cross entropy of a linear layer's logits, and (when asked) the gradients its backward
+    scales: d loss / d logits = (softmax - one_hot) * w[target] / denominator."""
+    from torch_uop.lowering.linalg import matmul
+    if label_smoothing or reduction not in ("mean", "sum") or x.ndim != 2 or lw.ndim != 2:
+      raise Unsupported("linear_cross_entropy variant")
+    _, p, onehot, wt, nll = _linear_ce_parts(x, lw, target, lb, w, ignore_index)
+    total = (wt * nll).sum((0,), keepdim=False)
+    denom = wt.sum((0,), keepdim=False) if reduction == "mean" else LT.full((), 1.0, total.dtype)
+    loss = (total / denom).cast(ctx.dtype_of(0))
+    n, c = p.shape
+    g = (p - onehot.cast(p.dtype)) * (wt / denom.reshape((1,)).broadcast_to((n,))).reshape((n, 1)).broadcast_to((n, c))
+    outs = [loss]
+    for k, wanted, make in ((1, grad_x, lambda: matmul(g, lw.cast(g.dtype))),
+                            (2, grad_lw, lambda: matmul(g.transpose(0, 1), x.cast(g.dtype))),
+                            (3, grad_lb, lambda: g.sum((0,), keepdim=False))):
+      outs.append(make().cast(ctx.dtype_of(k)) if wanted else LT.full(ctx.shape_of(k), 0, ctx.dtype_of(k)))
+    return tuple(outs)
+
+  @register(no_red)
+  def linear_cross_entropy_chunked_none(ctx, x, lw, target, lb, w, ignore_index, batch_chunk_size, acc_policy, acc_dtype):
+    """Per-sample cross entropy of a linear layer's logits (0 where the target is ignored)."""
+    if x.ndim != 2 or lw.ndim != 2: raise Unsupported("linear_cross_entropy variant")
+    _, _, _, wt, nll = _linear_ce_parts(x, lw, target, lb, w, ignore_index)
+    return (wt * nll).cast(ctx.dtype)
+
+
+_register_linear_ce()
