@@ -184,3 +184,22 @@ def test_histogramdd():
   check_against_eager(lambda x: torch.histogramdd(x, [2, 3, 4]), x)
   check_against_eager(lambda x: torch.histogramdd(x, [2, 3, 1], range=[-1., 1., -2., 2., 0., 1.], density=True), x)
   check_against_eager(lambda x: torch.histogramdd(x, [torch.tensor([-1., 0., 1.]), torch.tensor([-2., 2.]), torch.tensor([-5., 0., 5.])]), x)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_linear_cross_entropy_chunked(reduction):
+  from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
+  opts = LinearCrossEntropyOptions(allow_retain_graph=True, batch_chunk_size=2)
+  x, lw, bias, cw = torch.randn(6, 5), torch.randn(4, 5), torch.randn(4), torch.rand(4)
+  target = torch.tensor([0, 3, 1, -100, 2, 3])
+  check_against_eager(lambda x, w, t: F.linear_cross_entropy(x, w, t, linear_bias=bias, weight=cw, reduction=reduction,
+                                                             options=opts), x, lw, target, rtol=1e-5, atol=1e-5)
+  check_against_eager(lambda x, w, t: F.linear_cross_entropy(x, w, t, ignore_index=3, reduction=reduction, options=opts),
+                      x, lw, target.clamp(min=0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_upsample_bilinear_antialias(dtype):
+  x = torch.randn(2, 3, 10, 12, dtype=dtype)
+  for kw in (dict(size=(3, 17)), dict(scale_factor=(1.7, 0.45)), dict(size=(4, 5), align_corners=True), dict(scale_factor=1.05)):
+    check_against_eager(lambda x: F.interpolate(x, mode="bilinear", antialias=True, **kw), x)

@@ -508,3 +508,52 @@ def _register_linear_ce():
 
 
 _register_linear_ce()
+
+
+def _aa_weights(in_size: int, out_size: int, align_corners: bool, scale_opt, dt) -> LT:
+  """[out, in] antialiased linear (triangle filter) weights of eager's separable resize: the filter is
+  widened by the scale when downsampling, and each row is normalized to sum to 1."""
+  import numpy as np
+  ft = np.float32 if dt == dtypes.float32 else np.float64
+  if align_corners: scale = ft(in_size - 1) / ft(out_size - 1) if out_size > 1 else ft(0)
+  elif scale_opt is not None and scale_opt > 0: scale = ft(1.0 / scale_opt)
+  else: scale = ft(in_size) / ft(out_size)
+  support = ft(scale) if scale >= 1.0 else ft(1.0)          # interp_size (2) / 2, times the scale when downsampling
+  invscale = ft(1.0) / scale if scale >= 1.0 else ft(1.0)
+  o = LT.iota(out_size).cast(dt)
+  center = (o + 0.5) * float(scale)
+  xmin = (center - float(support) + 0.5).cast(dtypes.int64).maximum(0)
+  xmax = (center + float(support) + 0.5).cast(dtypes.int64).minimum(in_size)
+  grid = (out_size, in_size)
+  j = LT.iota(in_size).reshape((1, in_size)).broadcast_to(grid)
+  inside = (xmin.reshape((out_size, 1)).broadcast_to(grid) <= j) & (j < xmax.reshape((out_size, 1)).broadcast_to(grid))
+  t = ((j.cast(dt) - center.reshape((out_size, 1)).broadcast_to(grid)) + 0.5) * float(invscale)
+  w = inside.where((t.math("abs") * -1.0 + 1.0).maximum(0.0), 0.0)
+  total = w.sum((1,), keepdim=True).broadcast_to(grid)
+  return total.ne(0).where(w / total, w)
+
+
+def _aa_resize_dim(x: LT, axis: int, out_size: int, align_corners: bool, scale_opt) -> LT:
+  n = x.shape[axis]
+  if n == out_size: return x                                 # eager skips a dim whose size does not change
+  _grid_ok(x.numel(), out_size)
+  w = _aa_weights(n, out_size, align_corners, scale_opt, x.dtype)                       # [out, in]
+  moved = x.transpose(axis, x.ndim - 1)                                                # [.., in]
+  lead = moved.shape[:-1]
+  full = (*lead, out_size, n)
+  prod = moved.reshape((*lead, 1, n)).broadcast_to(full) * w.reshape((1,) * len(lead) + (out_size, n)).broadcast_to(full)
+  return prod.sum((len(lead) + 1,), keepdim=False).transpose(axis, x.ndim - 1)
+
+
+@register(aten._upsample_bilinear2d_aa.default, aten._upsample_bilinear2d_aa.vec)
+def upsample_bilinear2d_aa(ctx, x, output_size, align_corners, *scales):
+  """Antialiased bilinear resize of the last two dims, width first then height, as eager's separable kernel."""
+  if x.dtype not in (dtypes.float32, dtypes.float64): raise Unsupported(f"antialiased resize of {x.dtype}")
+  if ctx.node.target is aten._upsample_bilinear2d_aa.vec:
+    factors = scales[0] if scales else None
+    sh, sw = (factors[0], factors[1]) if factors else (None, None)
+  else: sh, sw = (list(scales) + [None, None])[:2]
+  oh, ow = ctx.shape[-2:]
+  if 0 in ctx.shape or x.numel() == 0: return LT.full(ctx.shape, 0, ctx.dtype)
+  out = _aa_resize_dim(x, x.ndim - 1, ow, align_corners, sw)
+  return _aa_resize_dim(out, x.ndim - 2, oh, align_corners, sh).cast(ctx.dtype)
