@@ -1,8 +1,11 @@
-"""Assorted lowerings: _trilinear (nn.functional.bilinear), tril_indices / triu_indices, nonzero_static, mode.
+"""Assorted lowerings: _trilinear (bilinear), tril/triu_indices, nonzero_static, mode, segment_reduce,
+as_strided_scatter, grid_sampler_3d, embedding_bag and embedding_renorm, histogram/histogramdd, the
+chunked linear_cross_entropy custom ops, and the antialiased bilinear resize.
 
-Each is written with counting reductions over an extra axis (no scatters, no data-dependent shapes):
-the k-th nonzero is found by counting prefix sums, the row of the k-th triangle entry by counting the
-rows that end before it. These are O(n^2) in the counted extent, so large inputs fall back.
+Each is written with counting or masked reductions over an extra axis (no scatters, no data-dependent
+shapes): the k-th nonzero is found by counting prefix sums, a value's bin by counting the edges below it,
+a bag's or segment's members by comparing positions with its bounds. These grids are O(n * m), so inputs
+past MAX_COUNT_GRID fall back; so do cases whose eager result depends on its algorithm's own tie order.
 """
 from __future__ import annotations
 import math
