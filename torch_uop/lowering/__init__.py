@@ -6,3 +6,4 @@ from torch_uop.lowering import pointwise, reduction, movement, creation, linalg,
 from torch_uop.lowering import special  # noqa: F401  (registers)
 from torch_uop.lowering import lapack  # noqa: F401  (registers)
 from torch_uop.lowering import random  # noqa: F401  (registers)
+from torch_uop.lowering import misc  # noqa: F401  (registers)

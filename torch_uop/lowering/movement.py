@@ -152,10 +152,19 @@ def select_scatter(ctx, x, src, dim, index):
 
 @register(aten.as_strided.default)
 def as_strided(ctx, x, size, stride, storage_offset=None):
+  """A strided window over x's storage. Offsets are taken relative to x's first element (its data_ptr,
+  where a graph input is bound); the storage must be that of a graph input or of a whole contiguous tensor."""
   from torch_uop.core.uop import Ops
-  # strides are relative to x's storage: only well-defined here when x is its own contiguous storage
-  if x.uop.op is Ops.VIEW and not (x.uop.arg.is_contiguous): raise Unsupported("as_strided of a non-contiguous view")
-  return x.reshape((x.numel(),)).as_strided(tuple(size), tuple(stride), storage_offset or 0)
+  val = ctx.node.args[0].meta.get("val")
+  if not isinstance(val, torch.Tensor): raise Unsupported("as_strided without the input's layout")
+  rel = 0 if storage_offset is None else storage_offset - val.storage_offset()
+  if x.uop.op is Ops.VIEW and x.uop.src[0].op is Ops.BUFFER and not x.uop.src[0].src: storage = LT(x.uop.src[0])  # a graph input
+  elif x.uop.op is not Ops.VIEW or x.uop.arg.is_contiguous: storage = x.reshape((x.numel(),))
+  else: raise Unsupported("as_strided of a view inside the graph (its storage is not materialized)")
+  last = rel + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else rel
+  if rel < 0 or last >= max(storage.numel(), 1) or any(st < 0 for st in stride):
+    raise Unsupported("as_strided outside the input's elements")
+  return storage.as_strided(tuple(size), tuple(stride), rel)
 
 
 @register(aten.copy.default)

@@ -127,6 +127,11 @@ def _avg_pool_divisor(out_sp, size, kernel, stride, padding, count_include_pad, 
   return (extents[0] * extents[1]).cast(dtypes.float32)
 
 
+def _divide(total: LT, div: LT) -> LT:
+  """Window sum / divisor; integer pooling truncates toward zero, as eager's integer division."""
+  return total / div if total.dtype.is_float else total.alu(Ops.IDIV, div)
+
+
 @register(aten.avg_pool2d.default)
 def avg_pool2d(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True, divisor_override=None):
   kernel, stride, padding, _ = _pool_args(x, kernel, stride, padding, (1,))
@@ -142,7 +147,7 @@ def avg_pool2d(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_i
   win = xp.as_strided((n, c, oh, ow, kh, kw), (c * hp * wp, hp * wp, stride[0] * wp, stride[1], wp, 1))
   total = win.sum((4, 5), keepdim=False)
   div = _avg_pool_divisor((oh, ow), (h, w), kernel, stride, padding, count_include_pad, divisor_override)
-  out = (total / div.cast(acc).reshape((1, 1, oh, ow)).broadcast_to(total.shape)).cast(ctx.dtype)
+  out = _divide(total, div.cast(acc).reshape((1, 1, oh, ow)).broadcast_to(total.shape)).cast(ctx.dtype)
   return out.reshape((c, oh, ow)) if unbatched else out
 
 
@@ -342,5 +347,5 @@ def avg_pool3d(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_i
       ext = (end - start) if count_include_pad else (end.minimum(s) - start.maximum(0))
       ext = ext.cast(acc).reshape(tuple(o if i == d else 1 for i in range(nd))).broadcast_to(tuple(out))
       div = ext if div is None else div * ext
-  res = (total / div.reshape((1, 1, *out)).broadcast_to(total.shape)).cast(ctx.dtype)
+  res = _divide(total, div.reshape((1, 1, *out)).broadcast_to(total.shape)).cast(ctx.dtype)
   return res.reshape(ctx.shape) if unbatched else res

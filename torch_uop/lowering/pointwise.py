@@ -363,21 +363,24 @@ def angle(ctx, a):
   return elementwise(ctx, INT_TO_FLOAT, f, a)
 
 
-def _int_of(dt: DType) -> DType: return {4: dtypes.int32, 8: dtypes.int64}[dt.itemsize]
+def _int_of(dt: DType) -> DType: return {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[dt.itemsize]
 
 
 @register(aten.nextafter.default)
 def nextafter(ctx, a, b):
-  """The next representable value after a towards b: one step of a's bit pattern."""
-  if ctx.dtype not in (dtypes.float32, dtypes.float64): raise Unsupported("nextafter of half types")
+  """The next representable value of the result dtype after a towards b: one step of a's bit pattern
+  (half types step their own 16-bit patterns, as eager does)."""
+  out = ctx.dtype
+  if out not in (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64): raise Unsupported(f"nextafter of {out}")
   def f(x, y):
-    it = _int_of(x.dtype)
-    bits = x.bitcast(it)
-    up = (x < y).where(bits.const_like(1), bits.const_like(-1))
-    nxt = (bits + (x.eq(0).where(up, (x < y).eq(x > 0).where(bits.const_like(1), bits.const_like(-1))))).bitcast(x.dtype)
-    tiny = x.eq(0).where(up.cast(x.dtype) * LT.full(x.shape, 1, it).bitcast(x.dtype), nxt)   # +-smallest subnormal
-    out = x.eq(y).where(y, tiny)
-    return (x.isnan() | y.isnan()).where(x + y, out)
+    it = _int_of(out)
+    bits = x.cast(out).bitcast(it)
+    away = (x < y).eq(x > 0)                                   # moving away from zero grows the magnitude bits
+    stepped = bits + away.where(bits.const_like(1), bits.const_like(-1))
+    tiny = (x < y).where(bits.const_like(1), bits.const_like(it.min() + 1))   # +-smallest subnormal from +-0
+    res = x.eq(0).where(tiny, stepped)
+    res = x.eq(y).where(y.cast(out).bitcast(it), res)
+    return (x.isnan() | y.isnan()).where((x + y).cast(out).bitcast(it), res).bitcast(out)   # no round trip of subnormals
   return elementwise(ctx, DEFAULT, f, a, b)
 
 

@@ -226,15 +226,18 @@ def _sort_last(x: LT, descending: bool):
 
 # rank counting is O(n^2) per row: longer rows fall back to eager's sort
 MAX_SORT_LEN = 8192
+# eager's unstable CPU sort (std::sort) is a plain insertion sort, hence stable, up to this many elements
+UNSTABLE_IS_STABLE_LEN = 16
 
 
-def _sort(x: LT, dim: int, descending: bool, stable: bool = True):
+def _sort(x: LT, dim: int, descending: bool, stable: bool = True, stable_upto: int = UNSTABLE_IS_STABLE_LEN):
   """Stable sort along dim. With stable=False eager's order of equal elements is its own
-  (introsort, quickselect): integer, bool and half inputs, where ties are common, fall back then."""
+  (introsort) beyond `stable_upto` elements: integer, bool and half inputs, where ties are common,
+  fall back then. topk and kthvalue (quickselect) order ties their own way from 2 elements on."""
   if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
   dim %= x.ndim
   if x.shape[dim] > MAX_SORT_LEN: raise Unsupported(f"sorting {x.shape[dim]} elements by rank counting (O(n^2))")
-  if not stable and x.dtype not in (dtypes.float32, dtypes.float64) and x.shape[dim] > 1:
+  if not stable and x.dtype not in (dtypes.float32, dtypes.float64) and x.shape[dim] > max(stable_upto, 1):
     raise Unsupported("unstable sort of integers, bools or half types (ties are common): eager's tie order")
   if x.numel() == 0 or x.shape[dim] == 1:
     return x, LT.full(x.shape, 0, dtypes.int64)
@@ -257,7 +260,7 @@ def sort(ctx, x, *args, **kwargs):
 def topk(ctx, x, k, dim=-1, largest=True, sorted=True):
   if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
   dim %= x.ndim
-  v, i = _sort(x, dim, largest, False)
+  v, i = _sort(x, dim, largest, False, stable_upto=1)
   return v.slice(dim, 0, k), i.slice(dim, 0, k)
 
 
@@ -265,7 +268,7 @@ def topk(ctx, x, k, dim=-1, largest=True, sorted=True):
 def kthvalue(ctx, x, k, dim=-1, keepdim=False):
   if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
   dim %= x.ndim
-  v, i = _sort(x, dim, False, False)
+  v, i = _sort(x, dim, False, False, stable_upto=1)
   v, i = v.slice(dim, k - 1, k), i.slice(dim, k - 1, k)
   if not keepdim: v, i = v.squeeze_dims((dim,)), i.squeeze_dims((dim,))
   return v, i
