@@ -183,6 +183,26 @@ def conj_of_real(ctx, x):
   return x
 
 
+# ---------------- creation
+
+_ZEROS = (aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default, aten.empty.memory_format,
+          aten.empty_like.default, aten.new_empty.default, aten.empty_strided.default, aten.new_empty_strided.default,
+          aten.empty_permuted.default)
+_ONES = (aten.ones.default, aten.ones_like.default, aten.new_ones.default)
+
+
+@register_complex(aten.full.default, aten.full_like.default, aten.new_full.default, aten.scalar_tensor.default,
+                  aten.fill.Scalar, *_ZEROS, *_ONES)
+def full(ctx, *args, **kwargs):
+  if kwargs.get("device") is not None and torch.device(kwargs["device"]).type != "cpu": raise Unsupported("tensor on another device")
+  if not ctx.val.is_complex(): raise Unsupported("a real tensor shaped after a complex one")
+  target = ctx.node.target
+  value = 0 if target in _ZEROS else 1 if target in _ONES else args[0] if target is aten.scalar_tensor.default else args[-1]
+  if isinstance(value, (LT, CT)): raise Unsupported("fill value is a tensor")
+  v, dt, shape = complex(value), part_dtype_of(ctx.val), tuple(ctx.val.shape)
+  return CT.from_parts(LT.full(shape, v.real, dt), LT.full(shape, v.imag, dt))
+
+
 # ---------------- conversions
 
 @register_complex(prims.convert_element_type.default)
@@ -245,6 +265,12 @@ def conj(ctx, x): return x.conj() if isinstance(x, CT) else x
 
 @register_complex(aten._neg_view.default, aten.neg.default)
 def neg(ctx, x: CT): return CT.from_parts(-x.re, -x.im)
+
+
+@register(aten._neg_view.default)
+def neg_view_of_real(ctx, x):
+  """The lazily negated view eager gives for the imaginary part of a conjugated tensor: its values."""
+  return -x
 
 
 # ---------------- elementwise arithmetic

@@ -67,7 +67,9 @@ def _dft_along(x: LT, dim: int, in_parts: int, m: int, out_parts: int, period: i
   xt = x.permute(order).cast(ACC)
   *batch, n_in, _ = xt.shape
   table = _table(n_in, in_parts, m, out_parts, period, sign, scale, hermitian_weights)
-  prod = xt.reshape((*batch, n_in, in_parts, 1, 1)) * table.reshape((1,) * len(batch) + table.shape)
+  table = table.reshape((1,) * len(batch) + table.shape)
+  # a zero twiddle is a term an FFT never computes: NaN or Inf there must not reach that output part
+  prod = table.eq(0).where(0.0, xt.reshape((*batch, n_in, in_parts, 1, 1)) * table)
   y = prod.sum((len(batch), len(batch) + 1), keepdim=False)  # (*batch, m, out_parts)
   inverse = [order.index(d) for d in range(nd + 1)]
   y = y.permute(inverse)
@@ -82,48 +84,47 @@ def _scale(normalization: int, n: int) -> float:
   raise Unsupported(f"normalization mode {normalization}")
 
 
-def _check(ctx, x_dtype: DType, dims) -> DType:
+def _check(ctx, x, dims) -> DType:
   out_part = part_dtype_of(ctx.val)
+  x_dtype = x.part_dtype if isinstance(x, CT) else x.dtype
   if x_dtype not in (dtypes.float32, dtypes.float64) or out_part not in (dtypes.float32, dtypes.float64):
     raise Unsupported("FFT of half-precision types (eager has none on the CPU)")
   if not dims: raise Unsupported("FFT over no dims")
+  # eager's CPU FFT (MKL) rejects empty tensors: let it raise
+  if math.prod(x.shape) == 0: raise Unsupported("FFT of an empty tensor (an error in eager)")
   return out_part
 
 
 @register_complex(aten._fft_c2c.default)
 def fft_c2c(ctx, x: CT, dim, normalization: int, forward: bool):
-  out = _check(ctx, x.part_dtype, dim)
+  out = _check(ctx, x, dim)
   y, sign = x.lt, -1 if forward else 1
   for d in dim:
     d %= x.ndim
     n = x.shape[d]
-    if n == 0: raise Unsupported("FFT of an empty dim (an error in eager)")
     y = _dft_along(y, d, 2, n, 2, n, sign, _scale(normalization, n))
   return CT(y.cast(out))
 
 
 @register_complex(aten._fft_r2c.default)
 def fft_r2c(ctx, x: LT, dim, normalization: int, onesided: bool):
-  out = _check(ctx, x.dtype, dim)
+  out = _check(ctx, x, dim)
   dims = [d % x.ndim for d in dim]
   n = x.shape[dims[-1]]
-  if n == 0: raise Unsupported("FFT of an empty dim (an error in eager)")
   y = _dft_along(x, dims[-1], 1, n // 2 + 1 if onesided else n, 2, n, -1, _scale(normalization, n))
   for d in dims[:-1]:
     n = x.shape[d]
-    if n == 0: raise Unsupported("FFT of an empty dim (an error in eager)")
     y = _dft_along(y, d, 2, n, 2, n, -1, _scale(normalization, n))
   return CT(y.cast(out))
 
 
 @register_complex(aten._fft_c2r.default)
 def fft_c2r(ctx, x: CT, dim, normalization: int, last_dim_size: int):
-  out = _check(ctx, x.part_dtype, dim)
+  out = _check(ctx, x, dim)
   dims = [d % x.ndim for d in dim]
   y = x.lt
   for d in dims[:-1]:
     n = x.shape[d]
-    if n == 0: raise Unsupported("FFT of an empty dim (an error in eager)")
     y = _dft_along(y, d, 2, n, 2, n, 1, _scale(normalization, n))
   n, last = last_dim_size, dims[-1]
   if n <= 0 or x.shape[last] != n // 2 + 1: raise Unsupported("c2r input is not the one-sided spectrum of its output")
