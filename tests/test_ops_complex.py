@@ -128,8 +128,19 @@ def test_conj_views_are_values():
 def test_complex_arithmetic():
   a, b = torch.randn(3, 4, dtype=torch.complex64), torch.randn(4, dtype=torch.complex64)
   r = torch.randn(3, 1)
+  a[0, 0] = 0
   _native(lambda a, b, r: (a + b, a - b * 2, a * b, a / b, a * r, r / a, a + r, -a, a.abs(), a.angle(), 2 - a,
-                           a * (1 - 2j), a.sum(1), a.sum()), a, b, r)
+                           a * (1 - 2j), r * 1j, 1j / a, a.reciprocal(), a.sgn(), a.sum(1), a.sum()), a, b, r)
+
+
+def test_complex32_runs_where_eager_does():
+  """complex32 (chalf): computed in float32 and rounded; ops whose eager CPU kernel lacks it raise as in eager."""
+  h = torch.randn(3, 4, dtype=torch.complex64).to(torch.complex32)
+  _native(lambda h: (h.abs(), h * h + 1, -h.conj(), torch.cat([h, h]), h.real), h, rtol=1e-3, atol=1e-3)
+  for fn in (lambda h: h / h, lambda h: h.sum(), lambda h: torch.fft.fft(h)):
+    torch._dynamo.reset()
+    with pytest.raises(Exception):
+      torch.compile(fn, backend="uop")(h)
 
 
 def test_complex_division_edge_cases():

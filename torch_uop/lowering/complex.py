@@ -102,6 +102,14 @@ def register_complex(*ops):
   return deco
 
 
+def check_eager_has_chalf(ctx) -> None:
+  """Eager's CPU kernels of some ops (div, reciprocal, angle, polar, sum) lack complex32: let it raise."""
+  vals = [n.meta.get("val") for n in ctx.node.all_input_nodes] + list(ctx.vals)
+  if any(isinstance(v, torch.Tensor) and v.dtype == torch.complex32 for v in vals) or \
+     (ctx.node.target is aten.polar.default and ctx.val.dtype == torch.complex32):
+    raise Unsupported("complex32 is an error in eager for this op")
+
+
 def part_dtype_of(val: torch.Tensor) -> DType:
   """IR dtype of each part of a complex meta value (or the dtype of a real one)."""
   return from_torch(complex_part(val.dtype) or val.dtype)
@@ -159,9 +167,17 @@ _SAME_PER_PART = [
   aten.t.default, aten.transpose.int, aten.expand.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
   aten.unsqueeze.default, aten.slice.Tensor, aten.select.int, aten.flip.default, aten.split_with_sizes.default,
   aten.split.Tensor, aten.unbind.int, aten.unfold.default, aten.index.Tensor, aten.index_select.default,
-  aten.repeat.default, aten.diagonal.default, aten.diagonal_copy.default, aten.sum.dim_IntList, aten.sum.default,
+  aten.repeat.default, aten.diagonal.default, aten.diagonal_copy.default,
 ]
 for _op in _SAME_PER_PART: register_complex(_op)(_per_part())
+
+
+@register_complex(aten.sum.dim_IntList, aten.sum.default)
+def sum_(ctx, *args, **kwargs):
+  check_eager_has_chalf(ctx)
+  return _per_part()(ctx, *args, **kwargs)
+
+
 register_complex(aten.cat.default)(_per_part((0,)))
 register_complex(aten.constant_pad_nd.default)(_per_part((0, 2)))  # the pad value: its real part pads re, its imag part im
 register_complex(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther)(_per_part((1, 2)))
@@ -252,6 +268,7 @@ def complex_(ctx, re: LT, im: LT): return CT.from_parts(re, im, part_dtype_of(ct
 
 @register_complex(aten.polar.default)
 def polar(ctx, r: LT, theta: LT):
+  check_eager_has_chalf(ctx)
   dt = part_dtype_of(ctx.val)
   r, theta = r.cast(compute_dtype(dt)), theta.cast(compute_dtype(dt))
   return CT.from_parts(r * theta.math("cos"), r * theta.math("sin"), dt)
@@ -332,12 +349,30 @@ def mul(ctx, a, b):
 
 @register_complex(aten.div.Tensor, aten.div.Scalar)
 def div(ctx, a, b):
+  check_eager_has_chalf(ctx)
   comp, dt, shape = _compute(ctx)
   if not isinstance(b, CT) and not isinstance(b, complex):  # by a real divisor: divide both parts
     re, im = _parts(a, comp, shape)
     s = b.cast(comp).broadcast_to(shape) if isinstance(b, LT) else b
     return CT.from_parts(re / s, im / s, dt)
   return CT.from_parts(*_div(_parts(a, comp, shape), _parts(b, comp, shape)), dt)
+
+
+@register_complex(aten.reciprocal.default)
+def reciprocal(ctx, x: CT):
+  check_eager_has_chalf(ctx)
+  comp, dt, shape = _compute(ctx)
+  return CT.from_parts(*_div(_parts(1.0, comp, shape), _parts(x, comp, shape)), dt)
+
+
+@register_complex(aten.sgn.default)
+def sgn(ctx, x: CT):
+  """z / |z|, and 0 for 0."""
+  comp, dt, shape = _compute(ctx)
+  re, im = _parts(x, comp, shape)
+  r = re.math("hypot", im)
+  zero = r.eq(0)
+  return CT.from_parts(zero.where(0.0, re / r), zero.where(0.0, im / r), dt)
 
 
 @register_complex(aten.abs.default)
@@ -349,6 +384,7 @@ def abs_(ctx, x: CT):
 
 @register_complex(aten.angle.default)
 def angle(ctx, x: CT):
+  check_eager_has_chalf(ctx)
   dt = from_torch(ctx.val.dtype)
   comp = compute_dtype(dt)
   return x.im.cast(comp).math("atan2", x.re.cast(comp)).cast(dt)
