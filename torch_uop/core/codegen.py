@@ -5,6 +5,8 @@ become index arithmetic (through ShapeTracker), realized nodes and inputs become
 fused reductions become REDUCE over their own RANGEs, and the root becomes a STORE. The result is
 simplified with the symbolic rules. `linearize` orders that graph into one list: output loops,
 then for a reduction its accumulator, reduce loops, update and loop end, then the epilogue and store.
+An `LT.loop` becomes a RANGE whose trip count is a value, with its state in accumulators (DEFINE_ACC
+with an initial value, plain ASSIGNs, an optional BREAK_UNLESS), placed where its result is first read.
 Nothing here knows about LLVM or torch.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from torch_uop.core.opt import KernelOpts, heuristic_opts
 from torch_uop.core.transcendental import transcendental
 
 IDX = dtypes.index
+LOOP_AXIS_BASE = 1000  # axis ids of LT.loop counters (output axes count from 0, reduce axes from 100)
 
 
 def _c(v) -> UOp: return UOp.const(IDX, v)
@@ -49,6 +52,8 @@ class _Evaluator:
     self.args: dict[int, UOp] = {}  # slot -> DEFINE_GLOBAL
     self.memo: dict = {}
     self.reduce_ranges: tuple | None = None
+    self.loops: dict = {}      # (LT.loop tag, idxs, gate) -> (loop id, kernel LOOP sources)
+    self.loop_vars: dict = {}  # (LT.loop tag, idxs, gate) -> (counter RANGE, state LOOP_VARs)
 
   def buf(self, slot: int, dtype: DType) -> UOp:
     if slot not in self.args: self.args[slot] = UOp(Ops.DEFINE_GLOBAL, dtype, (), slot)
@@ -107,9 +112,26 @@ class _Evaluator:
         new.append(i.maximum(_c(0)).minimum(size - _c(1)))  # never read out of bounds, whatever the data
       return self.eval(x, tuple(new), gate)
     if node.op is Ops.CONTIGUOUS: return self.eval(node.src[0], idxs, gate)
+    if node.op is Ops.LOOP: return self._loop(node, idxs, gate)
+    if node.op is Ops.LOOP_VAR:  # inside its loop's step: the counter or a state value of that loop
+      counter, state = self.loop_vars[(node.arg[0], idxs, gate)]
+      return counter.cast(node.dtype) if node.arg[1] < 0 else state[node.arg[1]]
     if node.op in ELEMENTWISE:
       return node.replace(src=tuple(self.eval(s, idxs, gate) for s in node.src))
     raise NotImplementedError(f"codegen cannot evaluate {node.op}")
+
+  def _loop(self, node: UOp, idxs: tuple, gate: UOp) -> UOp:
+    """One kernel loop per (LT.loop, output position): a RANGE counting to the element's trip count and a
+    LOOP_VAR per state value, in which the step is evaluated; every result of that LT.loop shares them."""
+    key = (node.arg[0], idxs, gate)
+    if key not in self.loops:
+      lid = len(self.loops)
+      nstate = (len(node.src) - 2) // 2
+      counter = UOp(Ops.RANGE, IDX, (self.eval(node.src[0], idxs, gate).cast(IDX),), (LOOP_AXIS_BASE + lid, "loop"))
+      self.loop_vars[key] = (counter, tuple(UOp(Ops.LOOP_VAR, s.dtype, (), (lid, i)) for i, s in enumerate(node.src[2:2 + nstate])))
+      self.loops[key] = (lid, (counter, *[self.eval(s, idxs, gate) for s in node.src[1:]]))
+    lid, src = self.loops[key]
+    return UOp(Ops.LOOP, node.dtype, src, (lid, node.arg[1]))
 
 
 _simplify = simplify
@@ -160,7 +182,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) ->
 def _ranges_of(u: UOp, cache: dict) -> frozenset:
   """The loop ranges u depends on (a REDUCE hides the ranges it reduces over)."""
   if u in cache: return cache[u]
-  if u.op is Ops.RANGE: r = frozenset([u])
+  if u.op is Ops.RANGE: r = frozenset([u]) | _ranges_of(u.src[0], cache)  # an LT.loop's trip count is data
   elif u.op is Ops.REDUCE: r = _ranges_of(u.src[0], cache) - frozenset(u.src[1:])
   else:
     r = frozenset()
@@ -177,7 +199,7 @@ def linearize(sink: UOp) -> list[UOp]:
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
   reduce_ranges = list(reduces[0].src[1:]) if reduces else []
   # output loops in axis order; the thread-split loop is outermost
-  outer_ranges = sorted({r for n in nodes if n.op is Ops.RANGE for r in [n]} - set(reduce_ranges),
+  outer_ranges = sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] != "loop"} - set(reduce_ranges),
                         key=lambda r: (r.arg[1] != "split", r.arg[0]))
   after_reduce: dict = {}
 
@@ -185,10 +207,13 @@ def linearize(sink: UOp) -> list[UOp]:
     if u not in after_reduce: after_reduce[u] = u.op is Ops.REDUCE or any(depends_on_reduce(s) for s in u.src)
     return after_reduce[u]
 
-  skip = {Ops.RANGE, Ops.SINK, Ops.CONST, Ops.DEFINE_GLOBAL}
+  loop_of = _loop_membership(nodes)
+  skip = {Ops.RANGE, Ops.SINK, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.LOOP_VAR}
   program: list[UOp] = [n for n in nodes if n.op is Ops.DEFINE_GLOBAL]
   program += outer_ranges
   rset = set(reduce_ranges)
+  body_nodes = [n for n in nodes if loop_of[n] and n.op not in skip]
+  nodes = [n for n in nodes if not loop_of[n]]  # a loop's step is emitted with its LOOP, below
   pre = [n for n in nodes if n.op not in skip and not depends_on_reduce(n) and not (rcache[n] & rset)]
   inner = [n for n in nodes if n.op not in skip and not depends_on_reduce(n) and (rcache[n] & rset)]
   post = [n for n in nodes if n.op not in skip and depends_on_reduce(n) and n.op is not Ops.REDUCE]
@@ -204,4 +229,43 @@ def linearize(sink: UOp) -> list[UOp]:
   program += post
   program += [n for n in pre if n.op is Ops.STORE]
   program += [UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(outer_ranges)]
-  return program
+  return _expand_loops(program, body_nodes, loop_of) if body_nodes or any(n.op is Ops.LOOP for n in program) else program
+
+
+def _loop_membership(nodes: list) -> dict:
+  """node -> the loop ids whose counter or state it reads (a LOOP hides its own loop), for toposorted nodes."""
+  loop_of: dict = {}
+  for n in nodes:
+    if n.op is Ops.LOOP_VAR: loop_of[n] = frozenset([n.arg[0]])
+    elif n.op is Ops.RANGE and n.arg[1] == "loop": loop_of[n] = frozenset([n.arg[0] - LOOP_AXIS_BASE])
+    else:
+      deps = frozenset().union(*[loop_of[s] for s in n.src])
+      loop_of[n] = deps - {n.arg[0]} if n.op is Ops.LOOP else deps
+    if len(loop_of[n]) > 1: raise NotImplementedError("nested LT.loop")
+  return loop_of
+
+
+def _expand_loops(program: list, body_nodes: list, loop_of: dict) -> list:
+  """Put each loop where its first LOOP result is read: state accumulators set to the initial values, the
+  counter loop, the state read at the top, the step (break if keep_going is false), the state update."""
+  out, done = [], set()
+  for u in program:
+    if u.op is not Ops.LOOP: out.append(u); continue
+    lid = u.arg[0]
+    if lid in done: continue
+    done.add(lid)
+    counter, keep_going, *rest = u.src
+    inits, nexts = rest[:len(rest) // 2], rest[len(rest) // 2:]
+    state = [UOp(Ops.LOOP_VAR, i.dtype, (), (lid, k)) for k, i in enumerate(inits)]
+    accs = [UOp(Ops.DEFINE_ACC, v.dtype, (v, i)) for v, i in zip(state, inits)]
+    body = [n for n in body_nodes if lid in loop_of[n]]
+    out += accs + [counter] + state
+    if not (keep_going.op is Ops.CONST and keep_going.arg):
+      # test before the step runs: the step may be undefined once the loop should stop (x % 0)
+      test = set(keep_going.toposort())
+      out += [n for n in body if n in test] + [UOp(Ops.BREAK_UNLESS, dtypes.void, (keep_going, counter))]
+      body = [n for n in body if n not in test]
+    out += body + [UOp(Ops.ASSIGN, a.dtype, (a, n)) for a, n in zip(accs, nexts)]
+    out.append(UOp(Ops.ENDRANGE, dtypes.void, (counter,)))
+    out += [n for n in program if n.op is Ops.LOOP and n.arg[0] == lid]
+  return out

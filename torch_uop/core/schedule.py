@@ -71,6 +71,7 @@ def _recompute_cost(node: UOp, realized: set) -> int:
     if n in seen or n in realized or _is_buffer(n) or n.op in (Ops.CONST, Ops.IOTA): continue
     seen.add(n)
     if n.op is Ops.REDUCE_AXIS: continue  # realized on its own under a broadcast anyway
+    if n.op is Ops.LOOP: cost += 8 * MAX_BROADCAST_RECOMPUTE  # its step runs a data-dependent number of times
     cost += 8 if n.op is Ops.MATH else 1 if n.op in ELEMENTWISE and n.op is not Ops.CAST else 0
     stack.extend(n.src)
   return cost

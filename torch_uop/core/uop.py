@@ -26,6 +26,11 @@ class Ops(enum.Enum):
   GATHER = enum.auto()        # data-dependent read; src=(x, *index tensors), arg=per-x-dim source (see LT.gather_nd)
   IOTA = enum.auto()          # 1-d tensor whose value is its index; arg=length
   CONTIGUOUS = enum.auto()    # force the source to be realized into its own buffer
+  # per-element loop with loop-carried state (LT.loop): LOOP_VAR is a placeholder for the state (arg=(tag, i, shape);
+  # i = -1: the step counter); LOOP src=(count, keep_going, *init, *next), arg=(tag, i): state i after the loop.
+  # At kernel level LOOP src=(counter RANGE, keep_going, *init, *next) and LOOP_VAR arg=(loop id, i).
+  LOOP = enum.auto()
+  LOOP_VAR = enum.auto()
   # kernel level
   DEFINE_GLOBAL = enum.auto()  # kernel argument pointer; arg=slot
   RANGE = enum.auto()          # loop variable; src=(size,), arg=(axis id, kind)
@@ -35,9 +40,10 @@ class Ops(enum.Enum):
   SINK = enum.auto()           # groups stores
   FALLBACK = enum.auto()       # an ATen op run by torch between kernels; arg=FallbackOp, src=its tensor inputs
   # linear program only
-  DEFINE_ACC = enum.auto()     # accumulator of a REDUCE; src=(reduce,)
-  ASSIGN = enum.auto()         # acc = reduce_op(acc, value); src=(acc, value)
+  DEFINE_ACC = enum.auto()     # accumulator of a REDUCE, src=(reduce,); or loop state, src=(LOOP_VAR, initial value)
+  ASSIGN = enum.auto()         # acc = reduce_op(acc, value), src=(acc, value); arg None: acc = value
   ENDRANGE = enum.auto()       # closes the loop of src[0]
+  BREAK_UNLESS = enum.auto()   # src=(cond, RANGE): leave that loop when cond is false
   # leaves
   CONST = enum.auto()
   # elementwise
@@ -152,6 +158,7 @@ def _tensor_shape(u: UOp) -> tuple:
     return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
   if u.op is Ops.GATHER: return u.src[1].shape
   if u.op is Ops.IOTA: return (u.arg,)
+  if u.op is Ops.LOOP_VAR: return u.arg[2]
   return u.src[-1].shape if u.op is Ops.WHERE else u.src[0].shape
 
 

@@ -7,6 +7,7 @@ they never see kernels or loops. Half types are computed in float32 (`compute_dt
 does on the CPU.
 """
 from __future__ import annotations
+import itertools
 import math
 from torch_uop.core.uop import UOp, Ops
 from torch_uop.core.dtypes import DType, dtypes
@@ -25,6 +26,9 @@ def broadcast_shapes(*shapes) -> tuple:
     if len(sizes) > 1: raise ValueError(f"shapes {shapes} do not broadcast")
     out.append(sizes.pop() if sizes else 1)
   return tuple(out)
+
+
+_loop_tags = itertools.count()
 
 
 class LT:
@@ -205,6 +209,24 @@ class LT:
 
   def sum(self, axes, keepdim=True): return self.reduce(Ops.ADD, axes, keepdim)
   def max(self, axes, keepdim=True): return self.reduce(Ops.MAX, axes, keepdim)
+
+  # ---------------- loops
+  @staticmethod
+  def loop(count: LT, init: list, step, keep_going=None) -> list:
+    """A per-element loop with loop-carried state, for recurrences whose trip count is data:
+    `state = init; for k in range(count): if not keep_going(state): break; state = step(k, state)`.
+    count: an integer LT; init: LTs; step(k, state) -> new state and keep_going(state) -> bool LT work
+    elementwise on LTs of the common shape (k is int64). Returns the final state. The placeholders k and
+    state must only be combined elementwise (no views, reductions or gathers of them)."""
+    shape = broadcast_shapes(count.shape, *[s.shape for s in init])
+    tag = next(_loop_tags)
+    k = LT(UOp(Ops.LOOP_VAR, dtypes.int64, (), (tag, -1, shape)))
+    state = [LT(UOp(Ops.LOOP_VAR, s.dtype, (), (tag, i, shape))) for i, s in enumerate(init)]
+    nxt = [n.cast(s.dtype).broadcast_to(shape) for n, s in zip(step(k, state), init)]
+    go = LT.full(shape, True, dtypes.bool) if keep_going is None else keep_going(state).broadcast_to(shape)
+    src = (count.cast(dtypes.int64).maximum(0).broadcast_to(shape).uop, go.uop,
+           *[s.broadcast_to(shape).uop for s in init], *[n.uop for n in nxt])
+    return [LT(UOp(Ops.LOOP, s.dtype, src, (tag, i))) for i, s in enumerate(init)]
 
   def contiguous(self) -> LT: return LT(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 

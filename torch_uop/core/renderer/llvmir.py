@@ -144,15 +144,27 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
       f.emit(f"%{lid}.next = add nsw i64 %{lid}, 1")
       f.emit(f"store i64 %{lid}.next, ptr %{lid}.addr")
       # !0: LLVM may vectorize this loop; !2: keep it scalar (SIMD runs across upcast outputs instead)
-      f.emit(f"br label %{lid}.cond, !llvm.loop !{2 if u.src[0].arg[1] == 'reduce_serial' else 0}")
+      f.emit(f"br label %{lid}.cond, !llvm.loop !{2 if u.src[0].arg[1] in ('reduce_serial', 'loop') else 0}")
       f.label(f"{lid}.exit")
     elif op is Ops.DEFINE_ACC:
-      red = u.src[0]
+      owner = u.src[0]  # a REDUCE, or the LOOP_VAR of a loop's state (src[1]: its initial value)
       t = LLVM_TYPE[u.dtype]
       a = f"%acc{len(accs)}"
-      accs[red] = a
+      accs[owner] = a
       f.allocas.append(f"{a} = alloca {t}")
-      f.emit(f"store {t} {render_const(reduce_identity(red.arg, u.dtype), u.dtype)}, ptr {a}")
+      init = f.value(u.src[1]) if owner.op is Ops.LOOP_VAR else render_const(reduce_identity(owner.arg, u.dtype), u.dtype)
+      f.emit(f"store {t} {init}, ptr {a}")
+    elif op is Ops.ASSIGN and u.arg is None:  # loop state update
+      f.emit(f"store {LLVM_TYPE[u.dtype]} {f.value(u.src[1])}, ptr {accs[u.src[0].src[0]]}")
+    elif op in (Ops.LOOP_VAR, Ops.LOOP):  # the state at the top of an iteration / after the loop
+      var = u if op is Ops.LOOP_VAR else UOp(Ops.LOOP_VAR, u.dtype, (), u.arg)
+      r = f.tmp()
+      f.emit(f"{r} = load {LLVM_TYPE[u.dtype]}, ptr {accs[var]}")
+      f.names[u] = r
+    elif op is Ops.BREAK_UNLESS:
+      lid, go = loops[u.src[1]], f.tmp()[1:]
+      f.emit(f"br i1 {f.value(u.src[0])}, label %{go}, label %{lid}.exit")
+      f.label(go)
     elif op is Ops.ASSIGN:
       acc_def, val = u.src
       a = accs[acc_def.src[0]]
