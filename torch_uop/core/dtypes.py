@@ -74,6 +74,19 @@ def from_torch(dt: torch.dtype) -> DType:
 def to_torch(dt: DType) -> torch.dtype: return _IR_TO_TORCH[dt]
 
 
+# a complex tensor is held in the IR as its view_as_real: a real tensor with a trailing dim of 2 (real, imag)
+_COMPLEX_PART = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64}
+_PART_COMPLEX = {v: k for k, v in _COMPLEX_PART.items()}
+
+
+def complex_part(dt: torch.dtype) -> torch.dtype | None:
+  """The real dtype of each half of a complex dtype; None for a dtype that is not complex."""
+  return _COMPLEX_PART.get(dt)
+
+
+def complex_of(part: torch.dtype) -> torch.dtype: return _PART_COMPLEX[part]
+
+
 def python_type_dtype(value) -> DType:
   """The IR dtype a bare Python scalar would take in a kernel (before any promotion)."""
   if isinstance(value, bool): return dtypes.bool

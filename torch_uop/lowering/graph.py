@@ -7,6 +7,8 @@ node: at run time torch runs the ATen op on realized inputs, between kernels. Te
 (get_attr) of one element become CONSTs; larger ones are buffers filled by a constant step. The result,
 `LoweredGraph`, says what each graph output is (a tensor node, an input, or a constant).
 It raises `WholeGraphFallback` only for graphs it cannot represent at all (e.g. symbolic sizes).
+A complex tensor is held as its view_as_real (a real tensor with a trailing dim of 2); nodes that read or
+produce one are lowered by the complex lowerings (lowering/complex.py, fft.py).
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -15,7 +17,7 @@ import operator
 import torch
 import torch.fx
 from torch_uop.core.uop import UOp, Ops
-from torch_uop.core.dtypes import from_torch, UnsupportedDType
+from torch_uop.core.dtypes import from_torch, UnsupportedDType, complex_part
 from torch_uop.core.shapetracker import ShapeTracker
 from torch_uop.lowering.registry import lowering_for, LoweringContext
 from torch_uop.lowering.tensor import LT
@@ -34,6 +36,10 @@ class FallbackOp:
   kwargs: dict
   n_outputs: int
   name: str
+  # tensor inputs (TensorRef indices) and results that are complex: the executor hands the op
+  # view_as_complex of the IR's real buffers and stores view_as_real of its results
+  complex_inputs: frozenset = frozenset()
+  complex_outputs: frozenset = frozenset()
 
   def __hash__(self): return id(self)
 
@@ -49,6 +55,7 @@ class InputSpec:
   shape: tuple
   strides: tuple
   dtype: torch.dtype
+  is_complex: bool = False  # shape/strides/dtype describe the input's view_as_real
 
 
 @dataclass
@@ -62,6 +69,7 @@ class LoweredGraph:
   # per graph output: the strides eager gives it (meta["val"]), or None. AOTAutograd bakes them into the
   # backward graph for saved tensors (an expand saved for backward has stride 0), so outputs must keep them.
   output_strides: list = field(default_factory=list)
+  output_complex: list = field(default_factory=list)  # per graph output: True for a complex tensor (held as view_as_real)
 
 
 def _is_symbolic(v) -> bool:
@@ -79,6 +87,23 @@ def _map_args(x, fn):
   return x
 
 
+def ir_layout(val: torch.Tensor) -> tuple[tuple, tuple, object, bool]:
+  """(shape, strides, IR dtype, is_complex) of the IR tensor holding `val`: a complex tensor is held as
+  its view_as_real, a real tensor with a trailing dim of 2 (real, imag)."""
+  shape, strides = tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride())
+  part = complex_part(val.dtype)
+  if part is None: return shape, strides, from_torch(val.dtype), False
+  return shape + (2,), tuple(2 * s for s in strides) + (1,), from_torch(part), True
+
+
+def _holds_complex(node: torch.fx.Node) -> bool:
+  """Whether a node reads or produces a complex tensor: such nodes have their own lowerings (lowering/complex.py)."""
+  vals = [n.meta.get("val") for n in node.all_input_nodes]
+  out = node.meta.get("val")
+  vals += list(out) if isinstance(out, (tuple, list)) else [out]
+  return any(isinstance(v, torch.Tensor) and v.is_complex() for v in vals)
+
+
 def _check_result(node: torch.fx.Node, out) -> None:
   """A lowering's result must match the node's meta val exactly in shape and dtype."""
   val = node.meta.get("val")
@@ -88,8 +113,9 @@ def _check_result(node: torch.fx.Node, out) -> None:
   for o, v in zip(outs, vals):
     if v is None or o is None: continue
     if not isinstance(o, LT): raise TypeError(f"lowering returned {type(o)}")
-    if tuple(o.shape) != tuple(v.shape): raise TypeError(f"shape {o.shape} != eager {tuple(v.shape)}")
-    if o.dtype != from_torch(v.dtype): raise TypeError(f"dtype {o.dtype} != eager {v.dtype}")
+    shape, _, dt, _ = ir_layout(v)
+    if tuple(o.shape) != shape: raise TypeError(f"shape {o.shape} != eager {tuple(v.shape)}")
+    if o.dtype != dt: raise TypeError(f"dtype {o.dtype} != eager {v.dtype}")
 
 
 def lower_graph(gm: torch.fx.GraphModule, debug: int = 0) -> LoweredGraph:
@@ -110,15 +136,14 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
     if node.op == "placeholder":
       if isinstance(val, torch.Tensor):
         if val.device.type != "cpu": raise WholeGraphFallback(f"input {node.name} is on {val.device}")
-        dt = from_torch(val.dtype)  # UnsupportedDType: the whole graph falls back
-        shape, strides = tuple(val.shape), tuple(val.stride())
+        shape, strides, dt, is_complex = ir_layout(val)  # UnsupportedDType: the whole graph falls back
         extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
         buf = UOp(Ops.BUFFER, dt, (), (slot, max(extent, 1)))
         buffer_slots[buf] = slot
         lt = LT(buf)._view(lambda st: ShapeTracker.from_strides(shape, strides))
         if lt.uop.op is not Ops.VIEW or lt.shape != shape: lt = LT(UOp(Ops.VIEW, dt, (buf,), ShapeTracker.from_strides(shape, strides)))
         env[node] = lt
-        inputs.append(InputSpec(slot, shape, strides, val.dtype))
+        inputs.append(InputSpec(slot, shape, strides, complex_part(val.dtype) or val.dtype, is_complex))
         slot += 1
       else:
         raise WholeGraphFallback(f"non-tensor input {node.name}")
@@ -126,7 +151,7 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
       if node.target is operator.getitem:
         env[node] = env[node.args[0]][node.args[1]]
         continue
-      fn = lowering_for(node.target)
+      fn = lowering_for(node.target, complex_values=_holds_complex(node))
       args = _map_args(node.args, lambda n: env[n])
       kwargs = _map_args(node.kwargs, lambda n: env[n])
       reason = "no lowering registered"
@@ -151,7 +176,8 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
     elif node.op == "output":
       for o in node.args[0]:
         val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
-        g.output_strides.append(tuple(int(s) for s in val.stride()) if isinstance(val, torch.Tensor) else None)
+        g.output_strides.append(ir_layout(val)[1] if isinstance(val, torch.Tensor) else None)
+        g.output_complex.append(isinstance(val, torch.Tensor) and val.is_complex())
         if isinstance(o, torch.fx.Node):
           v = env[o]
           if o.op == "placeholder": g.outputs.append(("input", [n for n in gm.graph.nodes if n.op == "placeholder"].index(o)))
@@ -178,10 +204,11 @@ def _constant_node(gm, node, buffer_slots, slot):
   for part in node.target.split("."): t = getattr(t, part)
   if not isinstance(t, torch.Tensor): raise WholeGraphFallback(f"get_attr {node.target} is not a tensor")
   if t.device.type != "cpu": raise WholeGraphFallback(f"constant {node.target} is on {t.device}")
-  dt = from_torch(t.dtype)
-  shape = tuple(t.shape)
   from torch._subclasses.fake_tensor import unset_fake_temporarily
   with unset_fake_temporarily():  # backends compile under a fake mode; this is a real tensor
+    if t.is_complex(): t = torch.view_as_real(t.resolve_conj())
+    dt = from_torch(t.dtype)
+    shape = tuple(t.shape)
     if t.numel() == 1: return LT.full(shape, t.item(), dt), slot
     t = t.detach().contiguous()
   return _run_time_tensor(_Constant(t), "constant", shape, dt, buffer_slots, slot)
@@ -226,29 +253,33 @@ def _op_name(target) -> str: return str(getattr(target, "__name__", target))
 def _fallback_node(node, args, kwargs, buffer_slots, slot):
   """Turn one node into a FALLBACK: its LT arguments are realized, its tensor outputs become buffers."""
   tensors: list[LT] = []
+  complex_inputs = set()
 
-  def to_ref(x):
+  def to_ref(x, src):  # src: the same argument as FX nodes, to tell complex tensors apart
     if isinstance(x, LT):
+      v = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+      if isinstance(v, torch.Tensor) and v.is_complex(): complex_inputs.add(len(tensors))
       tensors.append(x)
       return TensorRef(len(tensors) - 1)
-    if isinstance(x, (list, tuple)): return type(x)(to_ref(a) for a in x)
+    if isinstance(x, (list, tuple)):
+      return type(x)(to_ref(a, b) for a, b in zip(x, src if isinstance(src, (list, tuple)) else [None] * len(x)))
     return x
 
-  ref_args, ref_kwargs = to_ref(args), {k: to_ref(v) for k, v in kwargs.items()}
+  ref_args, ref_kwargs = to_ref(args, node.args), {k: to_ref(v, node.kwargs[k]) for k, v in kwargs.items()}
   val = node.meta.get("val")
   vals = list(val) if isinstance(val, (tuple, list)) else [val]
   if any(v is not None and not isinstance(v, torch.Tensor) for v in vals):
     raise WholeGraphFallback(f"{node.name} returns non-tensors")
-  for v in vals:
-    if v is not None: from_torch(v.dtype)
-  op = FallbackOp(node.target, ref_args, ref_kwargs, len(vals), _op_name(node.target))
-  fb = UOp(Ops.FALLBACK, from_torch(vals[0].dtype) if vals[0] is not None else from_torch(torch.float32),
+  layouts = [ir_layout(v) if v is not None else None for v in vals]
+  op = FallbackOp(node.target, ref_args, ref_kwargs, len(vals), _op_name(node.target), frozenset(complex_inputs),
+                  frozenset(k for k, lay in enumerate(layouts) if lay is not None and lay[3]))
+  fb = UOp(Ops.FALLBACK, layouts[0][2] if layouts[0] is not None else from_torch(torch.float32),
            tuple(t.uop for t in tensors), op)
   outs = []
-  for k, v in enumerate(vals):
-    if v is None: outs.append(None); continue
-    shape = tuple(v.shape)
-    buf = UOp(Ops.BUFFER, from_torch(v.dtype), (fb,), (slot, max(math.prod(shape), 1), k))
+  for k, lay in enumerate(layouts):
+    if lay is None: outs.append(None); continue
+    shape, dt = lay[0], lay[2]
+    buf = UOp(Ops.BUFFER, dt, (fb,), (slot, max(math.prod(shape), 1), k))
     buffer_slots[buf] = slot
     slot += 1
     outs.append(LT(UOp(Ops.VIEW, buf.dtype, (buf,), ShapeTracker.from_shape(shape))))

@@ -14,6 +14,9 @@ import torch
 from torch_uop.core.dtypes import from_torch
 
 LOWERINGS: dict = {}
+# lowerings for nodes that read or produce complex tensors (held as real tensors with a trailing dim of 2);
+# filled by lowering/complex.py, looked up instead of LOWERINGS for such nodes
+COMPLEX_LOWERINGS: dict = {}
 
 
 class Unsupported(NotImplementedError):
@@ -30,8 +33,8 @@ def register(*ops) -> Callable:
   return deco
 
 
-def lowering_for(target):
-  return LOWERINGS.get(target)
+def lowering_for(target, complex_values: bool = False):
+  return (COMPLEX_LOWERINGS if complex_values else LOWERINGS).get(target)
 
 
 class LoweringContext:

@@ -102,6 +102,8 @@ class CompiledGraph:
     self.outputs = []
     for kind, v in outputs:
       self.outputs.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, v.shape if kind == "tensor" else None))
+    # complex outputs are computed as their view_as_real and handed out through view_as_complex
+    self.complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and self.outputs[i][0] == "tensor"}
     # free each intermediate after its last use
     keep = {slot for kind, slot, _ in self.outputs if kind == "tensor"}
     last_use: dict = {}
@@ -123,6 +125,7 @@ class CompiledGraph:
       if self.debug >= 4: print(src, file=sys.stderr)
 
   def _bind_input(self, spec, t: torch.Tensor) -> torch.Tensor:
+    if spec.is_complex and isinstance(t, torch.Tensor) and t.is_complex(): t = _as_real(t)
     # the common case, checked cheaply: exactly the compiled dtype, shape and strides, on the CPU
     if isinstance(t, torch.Tensor) and t.dtype is spec.dtype and t.shape == spec.shape and t.stride() == spec.strides \
        and t.is_cpu:
@@ -166,6 +169,7 @@ class CompiledGraph:
       if kind == "tensor": outs.append(bufs[v].view(shape) if bufs[v].shape != shape else bufs[v])
       elif kind == "input": outs.append(args[v])
       else: outs.append(v)
+    for i in self.complex_outputs: outs[i] = torch.view_as_complex(outs[i])
     if boxed: args.clear()
     return outs
 
@@ -176,9 +180,21 @@ class CompiledGraph:
       t = bufs[s]
       # a realized node or a flat buffer: give the op the shape its graph node had
       tensors.append(t.reshape(src.shape) if tuple(t.shape) != src.shape else t)
+    for i in op.complex_inputs: tensors[i] = _as_complex(tensors[i])
     result = op.target(*_substitute(op.args, tensors), **{k: _substitute(v, tensors) for k, v in op.kwargs.items()})
     results = list(result) if isinstance(result, (tuple, list)) else [result]
-    for k, s in item.out_slots.items(): bufs[s] = results[k].contiguous()
+    for k, s in item.out_slots.items(): bufs[s] = (_as_real(results[k]) if k in op.complex_outputs else results[k]).contiguous()
+
+
+def _as_real(t: torch.Tensor) -> torch.Tensor:
+  """A complex tensor's values as its view_as_real (a lazily conjugated or negated one is resolved first)."""
+  return torch.view_as_real(t.resolve_conj().resolve_neg())
+
+
+def _as_complex(t: torch.Tensor) -> torch.Tensor:
+  """view_as_complex of a real tensor with a trailing dim of 2, copied first where its layout does not allow the view."""
+  if t.stride(-1) != 1 or t.storage_offset() % 2 or any(s % 2 for s in t.stride()[:-1]): t = t.contiguous()
+  return torch.view_as_complex(t)
 
 
 def _kernel_work(k) -> int:
