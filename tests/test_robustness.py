@@ -55,6 +55,17 @@ def test_fallback_in_a_training_graph():
   assert m["graphs_compiled"] == 2 and m["graphs_fallen_back"] == 0
 
 
+def test_as_strided_with_absolute_offset_follows_the_input_storage_offset():
+  # Dynamo does not recompile for another storage offset of an input view; the compiled graph must notice
+  base = torch.arange(20.)
+  fn = lambda x: torch.as_strided(x, (2,), (2,), 1) * 1
+  compiled = torch.compile(fn, backend="uop")
+  torch_uop.reset_metrics()
+  for sl in (slice(0, 6), slice(2, 8), slice(4, 10)):
+    torch.testing.assert_close(compiled(base[sl]), fn(base[sl]))
+  assert torch_uop.metrics()["graph_calls_run_by_torch"] >= 1
+
+
 def test_data_dependent_shapes_graph_break_and_still_match():
   fn = lambda x: torch.nonzero(x > 0).float().sum() + torch.unique(x.round()).sum() + x.sum()
   check_against_eager(fn, torch.randn(6, 5), expect_native=False)

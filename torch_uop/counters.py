@@ -12,6 +12,7 @@ _fresh = lambda: {
   "kernels_compiled": 0,
   "kernels_launched": 0,
   "fallback_steps_run": 0,
+  "graph_calls_run_by_torch": 0,  # calls of a compiled graph that a run-time guard sent to torch (e.g. another storage offset)
   "compile_time_s": collections.Counter(),     # stage -> seconds
   "cache_hits": 0,
 }

@@ -73,6 +73,9 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   except Exception as e:  # a scheduling or compile bug must never break the user's program
     if config.debug >= 3: import traceback; traceback.print_exc()
     return _whole_graph_fallback(gm, f"compilation failed: {type(e).__name__}: {e}", config)
+  if compiled.storage_offset_guards:
+    from torch._functorch.aot_autograd import make_boxed_func
+    compiled.eager = make_boxed_func(gm.forward)
   st["compile_time_s"]["total"] += time.perf_counter() - t0
   if config.debug >= 1:
     print(f"[torch_uop] compiled {kind} graph: {lowered.nodes_lowered} nodes lowered, {len(lowered.fallbacks)} fell back, "

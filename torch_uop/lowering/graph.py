@@ -70,6 +70,9 @@ class LoweredGraph:
   # backward graph for saved tensors (an expand saved for backward has stride 0), so outputs must keep them.
   output_strides: list = field(default_factory=list)
   output_complex: list = field(default_factory=list)  # per graph output: True for a complex tensor (held as view_as_real)
+  # input slot -> the storage offset the kernels were built for. Dynamo does not guard on an input's storage
+  # offset, but an as_strided with an explicit offset addresses storage: another offset needs another graph.
+  storage_offset_guards: dict = field(default_factory=dict)
 
 
 def _is_symbolic(v) -> bool:
@@ -187,6 +190,7 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
     else:
       raise WholeGraphFallback(f"FX node kind {node.op}")
   g.next_slot = slot
+  g.storage_offset_guards = state.storage_offset_guards
   return g
 
 
@@ -229,6 +233,12 @@ class GraphState:
   def __init__(self, buffer_slots: dict, slot: int):
     self.shared: dict = {}
     self.buffer_slots, self.slot = buffer_slots, slot
+    self.storage_offset_guards: dict = {}
+
+  def guard_storage_offset(self, input_slot: int, offset: int) -> None:
+    """The graph is only right for calls whose input `input_slot` has this storage offset (the executor
+    checks it, and runs the graph in torch otherwise)."""
+    self.storage_offset_guards[input_slot] = offset
 
   def run_time_tensor(self, make, name: str, shape: tuple, dt) -> LT:
     lt, self.slot = _run_time_tensor(make, name, shape, dt, self.buffer_slots, self.slot)

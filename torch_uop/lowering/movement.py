@@ -158,7 +158,11 @@ def as_strided(ctx, x, size, stride, storage_offset=None):
   val = ctx.node.args[0].meta.get("val")
   if not isinstance(val, torch.Tensor): raise Unsupported("as_strided without the input's layout")
   rel = 0 if storage_offset is None else storage_offset - val.storage_offset()
-  if x.uop.op is Ops.VIEW and x.uop.src[0].op is Ops.BUFFER and not x.uop.src[0].src: storage = LT(x.uop.src[0])  # a graph input
+  if x.uop.op is Ops.VIEW and x.uop.src[0].op is Ops.BUFFER and not x.uop.src[0].src:  # a graph input
+    storage = LT(x.uop.src[0])
+    if storage_offset is not None:  # an absolute offset: right only for inputs at this storage offset
+      if ctx.graph is None: raise Unsupported("as_strided with an offset needs a storage offset guard")
+      ctx.graph.guard_storage_offset(x.uop.src[0].arg[0], val.storage_offset())
   elif x.uop.op is not Ops.VIEW or x.uop.arg.is_contiguous: storage = x.reshape((x.numel(),))
   else: raise Unsupported("as_strided of a view inside the graph (its storage is not materialized)")
   last = rel + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else rel

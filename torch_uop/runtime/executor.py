@@ -51,6 +51,11 @@ class CompiledGraph:
     self._boxed_call = True
     self.debug = debug
     self.inputs = lowered.inputs
+    # (input index, storage offset) pairs the kernels assume; on a mismatch `eager` (the graph run by torch,
+    # set by the backend) runs instead
+    self.storage_offset_guards = [(i, lowered.storage_offset_guards[spec.slot]) for i, spec in enumerate(lowered.inputs)
+                                  if spec is not None and spec.slot in lowered.storage_offset_guards]
+    self.eager = None
     roots, root_strides = [], {}
     outputs = []
     strides_of = lowered.output_strides or [None] * len(lowered.outputs)
@@ -151,6 +156,12 @@ class CompiledGraph:
     # boxed convention (one list, which we may clear) or plain positional tensors: graph inputs are never lists
     boxed = len(args) == 1 and isinstance(args[0], list)
     if boxed: args = args[0]
+    if self.storage_offset_guards and self.eager is not None and \
+       any(args[i].storage_offset() != off for i, off in self.storage_offset_guards):
+      _metrics._state["graph_calls_run_by_torch"] += 1
+      outs = self.eager(list(args))
+      if boxed: args.clear()
+      return outs
     bufs: dict = {}
     for spec, t in zip(self.inputs, args): bufs[spec.slot] = self._bind_input(spec, t)
     for (kind, payload), release in zip(self.steps, self.release):
