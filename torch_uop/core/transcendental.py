@@ -5,6 +5,10 @@ pattern matcher rewrites float32 `exp` (and `exp2`) into Cody-Waite range reduct
 polynomial and an exponent built from integer bits — the standard construction (as in SLEEF's expf),
 accurate to about 1 ulp like eager's vectorized kernels. Overflow gives inf, underflow 0 (with
 gradual denormals), NaN stays NaN. Other functions still go to libm.
+
+It also spells out casts to bfloat16 as eager's rounding on float32 bits (round to nearest even, NaN to
+0x7FC0, from float32 whatever the source type), because LLVM may lower that fptrunc to an instruction
+(vcvtneps2bf16) that flushes subnormals to zero.
 """
 from __future__ import annotations
 import math
@@ -46,7 +50,18 @@ def exp_f32(x: UOp, base2: bool = False) -> UOp:
   return x.alu(Ops.CMPNE, x).where(x, out)  # NaN in, NaN out
 
 
+def cast_to_bfloat16(x: UOp) -> UOp:
+  f = x if x.dtype == F32 else x.cast(F32)
+  bits = UOp(Ops.BITCAST, I32, (f,))
+  lsb = bits.alu(Ops.SHR, _i(16)).alu(Ops.AND, _i(1))
+  rounded = (bits + _i(0x7FFF) + lsb).alu(Ops.SHR, _i(16))
+  rounded = f.alu(Ops.CMPNE, f).where(_i(0x7FC0), rounded)
+  return UOp(Ops.BITCAST, dtypes.bfloat16, (rounded.cast(dtypes.int16),))
+
+
 transcendental = PatternMatcher([
+  (UPat(Ops.CAST, dtype=dtypes.bfloat16, src=(UPat.var("x"),)),
+   lambda x: cast_to_bfloat16(x) if x.dtype != dtypes.bfloat16 else None),
   (UPat(Ops.MATH, dtype=F32, arg="exp", src=(UPat.var("x"),)), lambda x: exp_f32(x)),
   (UPat(Ops.MATH, dtype=F32, arg="exp2", src=(UPat.var("x"),)), lambda x: exp_f32(x, base2=True)),
 ])
