@@ -26,8 +26,8 @@ from torch_uop.lowering.tensor import LT
 
 aten = torch.ops.aten
 
-MAX_QR_K = 32          # reflectors per factorization (3 kernels each)
-MAX_JACOBI_N = 16      # min(m, n) for the Jacobi sweeps (2 kernels per step, N - 1 steps per sweep)
+MAX_QR_K = 16          # reflectors per factorization (3 kernels each, and 2-3 more to form Q)
+MAX_JACOBI_N = 8       # min(m, n) for the Jacobi sweeps (2 kernels per step, N - 1 steps per sweep)
 
 
 def _check_real(*xs):
@@ -63,13 +63,14 @@ def _col(x: LT, j: int) -> LT: return x.slice(-1, j, j + 1)
 
 # ---------------------------------------------------------------- Householder QR
 
-def _reflector(x: LT, j: int):
-  """LAPACK's larfg for the column x (*b, m, 1) from row j down: (v, tau, beta), v (*b, m, 1) zero above j."""
-  m = x.shape[-2]
-  row = _index(m, -2, x.ndim)
+def _reflector(a: LT, j: int):
+  """LAPACK's larfg for column j of a (*b, m, n), from row j down: (v, tau, beta), each at a's full shape
+  (computed per element from a and one realized reduction, so no scalar gets a kernel of its own)."""
+  full, row = a.shape, _index(a.shape[-2], -2, a.ndim)
+  x = _col(a, j)
   below = row > j
-  alpha = x.slice(-2, j, j + 1)
-  xnorm2 = below.where(x * x, 0).sum((-2,))
+  xnorm2 = below.where(x * x, 0).sum((-2,)).contiguous().broadcast_to(full)
+  alpha, x = x.slice(-2, j, j + 1).broadcast_to(full), x.broadcast_to(full)
   norm = (alpha * alpha + xnorm2).sqrt()
   plain = xnorm2.eq(0)                                   # nothing to annihilate: H = I, beta = alpha
   beta = plain.where(alpha, (alpha < 0).where(norm, -norm))
@@ -80,19 +81,19 @@ def _reflector(x: LT, j: int):
 
 
 def _geqrf(a: LT):
-  """(*b, m, n) -> (packed R and reflectors, [tau_j (*b, 1, 1)])"""
+  """(*b, m, n) -> (packed R and reflectors, [tau_j (*b, 1, 1)]); three kernels per reflector."""
   m, n = a.shape[-2:]
   k = min(m, n)
   if k > MAX_QR_K: raise Unsupported(f"QR with {k} reflectors")
   row, col = _index(m, -2, a.ndim), _index(n, -1, a.ndim)
   taus = []
   for j in range(k):
-    v, tau, beta = _reflector(_col(a, j), j)
+    v, tau, beta = _reflector(a, j)
     w = (v * a).sum((-2,))                               # (*b, 1, n)
     updated = a - tau * v * w
     packed = row.eq(j).where(beta, (row > j).where(v, a))
+    taus.append(tau.slice(-2, 0, 1).slice(-1, 0, 1))
     a = (col > j).where(updated, col.eq(j).where(packed, a)).contiguous()
-    taus.append(tau)
   return a, taus
 
 
@@ -270,7 +271,7 @@ def linalg_svd(ctx, a, full_matrices=False, compute_uv=True, driver=None):
   _check_real(a)
   if compute_uv and not _only_output_used(ctx, 1): raise Unsupported("singular vectors: LAPACK's signs are not reproducible")
   empty = [LT.full(ctx.shape_of(i), 0, ctx.dtype_of(i)) for i in range(3)]
-  if min(a.shape[-2:]) == 0: return tuple(empty)
+  if a.numel() == 0: return tuple(empty)
   return empty[0], _non_finite_to_nan(a, _svdvals(a)), empty[2]
 
 
@@ -279,16 +280,16 @@ def linalg_eigh(ctx, a, uplo="L", compute_v=True):
   _check_real(a)
   if compute_v and not _only_output_used(ctx, 0): raise Unsupported("eigenvectors: LAPACK's signs are not reproducible")
   empty = [LT.full(ctx.shape_of(i), 0, ctx.dtype_of(i)) for i in range(2)]
-  if a.shape[-1] == 0: return tuple(empty)
+  if a.numel() == 0: return tuple(empty)
   return _non_finite_to_nan(a, _eigvalsh(a, uplo)), empty[1]
 
 
-@register(aten.linalg_pinv.atol_rtol_tensor)
+@register(aten.linalg_pinv.atol_rtol_tensor, aten.linalg_pinv.atol_rtol_float)
 def linalg_pinv(ctx, a, atol=None, rtol=None, hermitian=False):
   """pinv(A) = sum over singular triplets with sigma > max(atol, rtol * sigma_max) of v u^T / sigma; with
   hermitian the same from the symmetric matrix eigh would read (the lower triangle)."""
   _check_real(a)
-  if min(a.shape[-2:]) == 0: return LT.full(ctx.shape, 0, ctx.dtype)
+  if a.numel() == 0: return LT.full(ctx.shape, 0, ctx.dtype)
   if hermitian: a = _symmetric_from(a, "L")
   wide = a.shape[-2] < a.shape[-1]
   if wide: a = a.transpose(-1, -2)
@@ -297,7 +298,9 @@ def linalg_pinv(ctx, a, atol=None, rtol=None, hermitian=False):
   eps = 1.1920928955078125e-07 if a.dtype == dtypes.float32 else 2.220446049250313e-16
   default_rtol = eps * max(m, n)
   batch = sigma.shape[:-1]
-  def as_batch(t: LT) -> LT: return t.cast(a.dtype).broadcast_to(batch).unsqueeze(-1)
+  def as_batch(t) -> LT:
+    t = t if isinstance(t, LT) else LT.full((), float(t), a.dtype)
+    return t.cast(a.dtype).broadcast_to(batch).unsqueeze(-1)
   zero = LT.full((*batch, 1), 0, a.dtype)
   atol_b = as_batch(atol) if atol is not None else zero
   if rtol is not None: rtol_b = as_batch(rtol)
