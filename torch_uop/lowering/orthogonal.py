@@ -93,7 +93,8 @@ def _geqrf(a: LT):
     updated = a - tau * v * w
     packed = row.eq(j).where(beta, (row > j).where(v, a))
     taus.append(tau.slice(-2, 0, 1).slice(-1, 0, 1))
-    a = (col > j).where(updated, col.eq(j).where(packed, a)).contiguous()
+    # like LAPACK, touch only a[j:, j+1:] (so a NaN spreads no further than there)
+    a = ((col > j) & (row >= j)).where(updated, col.eq(j).where(packed, a)).contiguous()
   return a, taus
 
 
@@ -104,17 +105,23 @@ def _reflector_vector(vs: LT, j: int) -> LT:
   return row.eq(j).where(x.const_like(1), (row > j).where(x, 0))
 
 
-def _apply_reflectors(vs: LT, taus: list, c: LT, left: bool, transpose: bool) -> LT:
-  """Q @ c, Q^T @ c, c @ Q or c @ Q^T for Q = H_0 H_1 ... H_{k-1}, H_j = I - tau_j v_j v_j^T."""
+def _apply_reflectors(vs: LT, taus: list, c: LT, left: bool, transpose: bool, from_identity: bool = False) -> LT:
+  """Q @ c, Q^T @ c, c @ Q or c @ Q^T for Q = H_0 H_1 ... H_{k-1}, H_j = I - tau_j v_j v_j^T.
+  As LAPACK, H_j touches only the rows (columns, on the right) from j on, and when c starts as the identity
+  (forming Q) only the columns from j on: the others are exactly unchanged, so a NaN spreads as in LAPACK."""
   order = range(len(taus))
   if left != transpose: order = reversed(order)       # Q c and c Q^T apply the last reflector first
+  row, col = _index(c.shape[-2], -2, c.ndim), _index(c.shape[-1], -1, c.ndim)
   for j in order:
     v = _reflector_vector(vs, j)
-    if left: c = c - taus[j] * v * (v * c).sum((-2,))
+    if left:
+      updated = c - taus[j] * v * (v * c).sum((-2,))
+      touched = (row >= j) & (col >= j) if from_identity else row >= j
     else:
       vr = v.transpose(-1, -2)
-      c = c - taus[j] * (c * vr).sum((-1,)) * vr
-    c = c.contiguous()
+      updated = c - taus[j] * (c * vr).sum((-1,)) * vr
+      touched = col >= j
+    c = touched.where(updated, c).contiguous()
   return c
 
 
@@ -146,7 +153,8 @@ def linalg_qr(ctx, a, mode="reduced"):
   r = r.slice(-2, 0, r_rows)
   if mode == "r": return LT.full(ctx.shape_of(0), 0, ctx.dtype_of(0)), r
   q_cols = m if mode == "complete" else k
-  q = _apply_reflectors(packed, taus, _batch_eye(a.shape[:-2], m, q_cols, a.dtype), left=True, transpose=False)
+  q = _apply_reflectors(packed, taus, _batch_eye(a.shape[:-2], m, q_cols, a.dtype), left=True, transpose=False,
+                        from_identity=True)
   return q, r
 
 
@@ -155,7 +163,8 @@ def householder_product(ctx, vs, tau):
   _check_real(vs, tau)
   m, n = vs.shape[-2:]
   if tau.shape[-1] > MAX_QR_K: raise Unsupported("too many reflectors")
-  return _apply_reflectors(vs, _tau_list(tau), _batch_eye(ctx.shape[:-2], m, n, vs.dtype), left=True, transpose=False)
+  return _apply_reflectors(vs, _tau_list(tau), _batch_eye(ctx.shape[:-2], m, n, vs.dtype), left=True, transpose=False,
+                           from_identity=True)
 
 
 @register(aten.ormqr.default)
