@@ -95,3 +95,13 @@ def test_too_large_falls_back():
   a = rand(9, 9, dtype=torch.float32)
   m = check_against_eager(torch.linalg.svdvals, a, expect_native=False)
   assert m["fallback_nodes_total"] == 1
+
+
+def test_extreme_magnitudes_and_nan():
+  # a power-of-two prescale keeps the sums of squares finite, as LAPACK's scaled norms do
+  a = rand(4, 2, dtype=torch.float32, seed=11)
+  for scale in (1e25, 1e-25):
+    check_against_eager(lambda x: (torch.geqrf(x), torch.linalg.svdvals(x)), a * scale)
+  b = rand(4, 3, seed=12)
+  b[1, 1] = float("nan")                     # NaN spreads to the entries LAPACK's trailing updates reach
+  check_against_eager(lambda x: (torch.geqrf(x), torch.linalg.qr(x)), b)

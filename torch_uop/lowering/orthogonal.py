@@ -61,6 +61,16 @@ def _cat(xs: list, dim: int) -> LT:
 def _col(x: LT, j: int) -> LT: return x.slice(-1, j, j + 1)
 
 
+def _power_of_two_scale(a: LT) -> LT:
+  """2^e of the largest finite |entry| per matrix (*b, 1, 1), 1 for a zero matrix. Dividing by it is exact and keeps
+  the squares the algorithms sum far from overflow and underflow, as LAPACK's scaled norms do."""
+  mag = a.math("abs")
+  big = (mag < math.inf).where(mag, 0).max((-2, -1))     # NaN and Inf left out: they spread as they would
+  ints, mask = (dtypes.int32, 0x7F800000) if a.dtype == dtypes.float32 else (dtypes.int64, 0x7FF0000000000000)
+  scale = (big.bitcast(ints) & LT.full(big.shape, mask, ints)).bitcast(a.dtype)
+  return (big.eq(0) | scale.eq(0)).where(1.0, scale).contiguous()
+
+
 # ---------------------------------------------------------------- Householder QR
 
 def _reflector(a: LT, j: int):
@@ -86,6 +96,8 @@ def _geqrf(a: LT):
   k = min(m, n)
   if k > MAX_QR_K: raise Unsupported(f"QR with {k} reflectors")
   row, col = _index(m, -2, a.ndim), _index(n, -1, a.ndim)
+  scale = _power_of_two_scale(a)
+  a = a / scale                    # exact: v and tau do not change, R is scaled back below
   taus = []
   for j in range(k):
     v, tau, beta = _reflector(a, j)
@@ -95,7 +107,7 @@ def _geqrf(a: LT):
     taus.append(tau.slice(-2, 0, 1).slice(-1, 0, 1))
     # like LAPACK, touch only a[j:, j+1:] (so a NaN spreads no further than there)
     a = ((col > j) & (row >= j)).where(updated, col.eq(j).where(packed, a)).contiguous()
-  return a, taus
+  return (row <= col).where(a * scale, a).contiguous(), taus
 
 
 def _reflector_vector(vs: LT, j: int) -> LT:
@@ -249,18 +261,20 @@ def _non_finite_to_nan(a: LT, out: LT) -> LT:
 def _svdvals(a: LT) -> LT:
   if a.shape[-2] < a.shape[-1]: a = a.transpose(-1, -2)
   k = a.shape[-1]
-  _, _, sigma, pad = _hestenes(a)
-  return _sorted(_mask_slot(sigma, pad, -1.0), descending=True).slice(-1, 0, k)
+  scale = _power_of_two_scale(a)
+  _, _, sigma, pad = _hestenes(a / scale)
+  return _sorted(_mask_slot(sigma, pad, -1.0), descending=True).slice(-1, 0, k) * scale.squeeze_dims((-1,))
 
 
 def _eigvalsh(a: LT, uplo: str) -> LT:
-  s = _symmetric_from(a, uplo)
+  scale = _power_of_two_scale(a)
+  s = _symmetric_from(a / scale, uplo)
   n = s.shape[-1]
   shift = s.math("abs").sum((-1,)).max((-2,))                    # (*b, 1, 1) inf-norm >= spectral radius
   b = s + _eye(n, n, s.dtype) * shift
   _, _, sigma, pad = _hestenes(b)
   vals = sigma - shift.squeeze_dims((-1,))
-  return _sorted(_mask_slot(vals, pad, math.inf), descending=False).slice(-1, 0, n)
+  return _sorted(_mask_slot(vals, pad, math.inf), descending=False).slice(-1, 0, n) * scale.squeeze_dims((-1,))
 
 
 def _symmetric_from(a: LT, uplo: str) -> LT:
@@ -303,7 +317,8 @@ def linalg_pinv(ctx, a, atol=None, rtol=None, hermitian=False):
   wide = a.shape[-2] < a.shape[-1]
   if wide: a = a.transpose(-1, -2)
   m, n = a.shape[-2:]
-  w, v, sigma, _ = _hestenes(a)                                 # w = U sigma: pinv = V diag(1/sigma^2) w^T
+  scale = _power_of_two_scale(a)                                # pinv(a) = pinv(a / scale) / scale
+  w, v, sigma, _ = _hestenes(a / scale)                         # w = U sigma: pinv = V diag(1/sigma^2) w^T
   eps = 1.1920928955078125e-07 if a.dtype == dtypes.float32 else 2.220446049250313e-16
   default_rtol = eps * max(m, n)
   batch = sigma.shape[:-1]
@@ -315,10 +330,12 @@ def linalg_pinv(ctx, a, atol=None, rtol=None, hermitian=False):
   if rtol is not None: rtol_b = as_batch(rtol)
   elif atol is not None: rtol_b = (atol_b > 0).where(0, zero.const_like(default_rtol))
   else: rtol_b = zero.const_like(default_rtol)
-  tol = atol_b.maximum(rtol_b * sigma.max((-1,)))
-  inv_sq = (sigma > tol).where((sigma * sigma).recip(), 0)        # (*b, N)
+  true_sigma = sigma * scale.squeeze_dims((-1,))
+  tol = atol_b.maximum(rtol_b * true_sigma.max((-1,)))
+  inv_sq = (true_sigma > tol).where((sigma * sigma).recip(), 0)   # (*b, N)
   vs = v * inv_sq.unsqueeze(-2)                                  # (*b, N, N)
   full = (*batch, n, m, v.shape[-1])
   out = (vs.slice(-2, 0, n).unsqueeze(-2).broadcast_to(full) * w.unsqueeze(-3).broadcast_to(full)).sum((-1,), keepdim=False)
+  out = out / scale
   if wide: out = out.transpose(-1, -2)
   return _non_finite_to_nan(a, out).cast(ctx.dtype)
