@@ -7,14 +7,16 @@ QR is Householder QR with LAPACK's conventions (geqrf's `v[0] = 1`, `beta = -sig
 Singular values come from one-sided (Hestenes) Jacobi: the columns of `[A; I]` are rotated in pairs
 until the top block's columns are orthogonal; their norms are the singular values and the bottom
 block is V. The pairs of a step are a round of the circle-method tournament on the N columns, so
-one sweep is `N - 1` steps, each two kernels (the rotation tangents, then the rotated columns). The sweep count is fixed per dtype and size, with a margin over what random, graded
-and clustered spectra need. Eigenvalues of a symmetric matrix are the singular values of `A + cI`
-(c = the inf-norm, which makes it positive semidefinite), minus c.
+one sweep is `N - 1` steps, each two kernels (the rotation tangents, then the rotated columns). The
+sweep count is fixed per dtype and size, with a margin over what random, graded and clustered
+spectra need. Eigenvalues of a symmetric matrix are the singular values of `A + cI` (c = the
+inf-norm, which makes it positive semidefinite), minus c. Every input is first divided by a power
+of two near its largest entry (exact), so no sum of squares overflows or underflows.
 
 Singular and eigen vectors have a sign freedom whose LAPACK choice cannot be reproduced, so
 `_linalg_svd` / `_linalg_eigh` are native only when no graph user reads the vectors; `linalg_pinv`
-(invariant to the signs) is lowered whole. Sizes above MAX_JACOBI_N / MAX_QR_K fall back (compile time).
-Non-finite inputs, where eager raises, give NaN here.
+(invariant to the signs) is lowered whole. Sizes above MAX_JACOBI_N / MAX_QR_K fall back (compile
+time). Non-finite inputs to svd/eigh/pinv, where eager raises, give NaN here.
 """
 from __future__ import annotations
 import math
