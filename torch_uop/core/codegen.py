@@ -197,7 +197,7 @@ def linearize(sink: UOp) -> list[UOp]:
   rcache: dict = {}
   for n in nodes: _ranges_of(n, rcache)
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
-  reduce_ranges = list(reduces[0].src[1:]) if reduces else []
+  reduce_ranges = _order_reduce_ranges(list(reduces[0].src[1:]), nodes, rcache) if reduces else []
   # output loops in axis order; the thread-split loop is outermost
   outer_ranges = sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] != "loop"} - set(reduce_ranges),
                         key=lambda r: (r.arg[1] != "split", r.arg[0]))
@@ -221,8 +221,12 @@ def linearize(sink: UOp) -> list[UOp]:
   if reduces:
     accs = [UOp(Ops.DEFINE_ACC, r.dtype, (r,)) for r in reduces]
     program += accs
-    program += reduce_ranges
-    program += inner
+    # each body node goes right after the innermost reduce loop it reads: index math that does not move with
+    # the inner loops (a convolution's div/mod over the kernel window) is computed once per outer iteration
+    depth = {r: d for d, r in enumerate(reduce_ranges)}
+    for d, r in enumerate(reduce_ranges):
+      program.append(r)
+      program += [n for n in inner if max(depth[x] for x in rcache[n] & rset) == d]
     program += [UOp(Ops.ASSIGN, r.dtype, (acc, r.src[0]), r.arg) for acc, r in zip(accs, reduces)]
     program += [UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(reduce_ranges)]
     program += reduces
@@ -230,6 +234,14 @@ def linearize(sink: UOp) -> list[UOp]:
   program += [n for n in pre if n.op is Ops.STORE]
   program += [UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(outer_ranges)]
   return _expand_loops(program, body_nodes, loop_of) if body_nodes or any(n.op is Ops.LOOP for n in program) else program
+
+
+def _order_reduce_ranges(reduce_ranges: list, nodes: list, rcache: dict) -> list:
+  """Nest the reduce loops so the one that the fewest divisions and modulos read runs innermost (stable
+  otherwise): index math over a convolution's window then stays out of the loop over channels."""
+  divmods = [n for n in nodes if n.op in (Ops.IDIV, Ops.MOD) and n.dtype.is_int]
+  cost = {r: sum(1 for n in divmods if r in rcache[n]) for r in reduce_ranges}
+  return sorted(reduce_ranges, key=lambda r: -cost[r])
 
 
 def _loop_membership(nodes: list) -> dict:

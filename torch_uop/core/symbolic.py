@@ -145,10 +145,15 @@ def _div_mod_by_const(x: UOp, c: UOp, is_mod: bool):
   if d <= 0 or x.vmin < 0: return None
   if d == 1: return UOp.const(x.dtype, 0) if is_mod else x
   if x.vmax < d: return x if is_mod else UOp.const(x.dtype, 0)
+  if x.vmin // d == x.vmax // d:  # one quotient over x's whole range: (r*16 + 65) % 64 -> r*16 + 1 for r < 3
+    q = x.vmin // d
+    return x + UOp.const(x.dtype, -q * d) if is_mod else UOp.const(x.dtype, q)
   terms = [_factor(t) for t in _split_terms(x)]
   quotient, rest = [], []
   for coef, base in terms:
     if coef % d == 0: quotient.append((coef // d, base))
+    elif base is None and coef >= d:  # a constant's multiples of d join the quotient: 65 = 1*64 + 1
+      quotient.append((coef // d, None)); rest.append((coef % d, None))
     else: rest.append((coef, base))
   if not quotient:
     # (a % (d*k)) % d -> a % d ;  (a // k) // d -> a // (k*d)
