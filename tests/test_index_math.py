@@ -1,0 +1,69 @@
+"""Index math that keeps div/mod out of inner loops: bounds-based div/mod folding and reduce-loop placement."""
+import torch
+from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.dtypes import dtypes
+from torch_uop.core.symbolic import simplify
+from torch_uop.core.codegen import _ranges_of
+import torch_uop.runtime.executor as executor
+
+
+def _c(v): return UOp.const(dtypes.index, v)
+
+
+def _range(axis, size): return UOp(Ops.RANGE, dtypes.index, (_c(size),), (axis, "global"))
+
+
+def test_div_mod_with_one_quotient_over_the_range_fold():
+  r = _range(1, 4)  # r*16 + 65 lies in [65, 113]: one quotient, 1
+  assert simplify((r * _c(16) + _c(65)) % _c(64)) is simplify(r * _c(16) + _c(1))
+  assert simplify((r * _c(16) + _c(65)) // _c(64)) is _c(1)
+
+
+def test_constant_splits_into_quotient_and_rest():
+  i, r = _range(0, 8), _range(1, 4)
+  x = i * _c(64) + r * _c(16) + _c(65)
+  assert simplify(x % _c(64)) is simplify(r * _c(16) + _c(1))
+  assert simplify(x // _c(64)) is simplify(i + _c(1))
+
+
+def _kernels_of(fn, *args):
+  graphs = []
+  orig = executor.CompiledGraph.__init__
+
+  def init(self, *a, **k):
+    orig(self, *a, **k)
+    graphs.append(self)
+  executor.CompiledGraph.__init__ = init
+  try:
+    out = fn(*args)
+  finally:
+    executor.CompiledGraph.__init__ = orig
+  return out, [k for g in graphs for k in g.kernels]
+
+
+def test_strided_conv_input_gradient_computes_loop_invariant_div_mod_outside_the_innermost_loop():
+  torch.manual_seed(0)
+  conv = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+  x = torch.randn(2, 8, 12, 12, requires_grad=True)
+  compiled = torch.compile(conv, backend="uop")
+
+  def step(x):
+    compiled(x).square().sum().backward()
+    return x.grad
+  got, kernels = _kernels_of(step, x)
+  x2 = x.detach().clone().requires_grad_(True)
+  conv(x2).square().sum().backward()
+  torch.testing.assert_close(got, x2.grad, rtol=1e-4, atol=1e-5)
+  checked = 0
+  for k in kernels:
+    ranges = [n for n in k.program if n.op is Ops.RANGE and n.arg[1].startswith("reduce")]
+    if len(ranges) < 2: continue
+    start, rcache = k.program.index(ranges[-1]), {}
+    end = next(i for i, n in enumerate(k.program) if n.op is Ops.ASSIGN and i > start)
+    # the innermost reduce loop is the one fewest div/mods read, and it computes only the ones that move with it
+    inner = ranges[-1]
+    assert all(inner in _ranges_of(n, rcache) for n in k.program[start:end] if n.op in (Ops.IDIV, Ops.MOD)), k.name
+    counts = {r: sum(1 for n in k.program if n.op in (Ops.IDIV, Ops.MOD) and r in _ranges_of(n, rcache)) for r in ranges}
+    assert counts[inner] == min(counts.values()), k.name
+    checked += 1
+  assert checked
