@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 import time
 from torch_uop.core.opt import KernelOpts, heuristic_opts
 from torch_uop.core.uop import Ops
@@ -179,11 +180,14 @@ def beam_search(item, width: int, opt_level: int = 3, debug: int = 0, name: str 
   """The opts to build `item` with: the tuned winner, or None (build with the heuristic)."""
   from torch.utils._python_dispatch import _disable_current_modes
   with _disable_current_modes():  # compiling runs under Dynamo's fake-tensor mode; scratch buffers must be real
-    return _beam_search(item, width, opt_level, debug, name)
+    try:
+      return _beam_search(item, width, opt_level, debug, name)
+    except Exception as e:  # a kernel the search cannot run (e.g. overlapping scratch layouts) keeps the heuristic
+      if debug >= 1: print(f"[torch_uop] beam {name}: not searched ({type(e).__name__}: {e})", file=sys.stderr)
+      return None
 
 
 def _beam_search(item, width: int, opt_level: int, debug: int, name: str) -> KernelOpts | None:
-  import sys
   from torch_uop.runtime import cache
   plain = _plain_ast(item)
   if not _searchable(item, plain): return None
