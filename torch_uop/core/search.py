@@ -1,14 +1,15 @@
 """BEAM search: choose one kernel's opts by compiling and timing candidates.
 
 `beam_search(item, width, opt_level)` takes a scheduled kernel and returns the `KernelOpts` to build it
-with. It starts from the heuristic's opts (core/opt.py) and the plain kernel; each round it derives
-every neighbour of the `width` fastest opts found so far (one more upcast step on an axis, another
-SIMD axis, another thread-split axis), compiles each with llvmlite, runs it on scratch buffers of the
-kernel's shapes, strides and dtypes (random data) and keeps the fastest `width`. A candidate whose
-output differs from the heuristic's is rejected. The search stops when a round finds nothing faster,
-after `MAX_SEARCH_S` seconds or `MAX_CANDIDATES` candidates. The winner is kept in the tuning store
-(runtime/cache.py) under the kernel's identity (its plain LLVM IR), the CPU, the thread count and the
-torch_uop version, so a later process skips the search.
+with. It starts from the heuristic's opts (core/opt.py); each round it derives every neighbour of the
+`width` fastest opts found so far (an axis upcast twice or half as far, another SIMD axis, another
+thread-split axis), compiles each with llvmlite, runs it on scratch buffers of the kernel's shapes,
+strides and dtypes (random data) and keeps the fastest `width`. A candidate whose output differs from
+the heuristic's is rejected. The search stops when a round finds nothing faster, after `MAX_SEARCH_S`
+seconds or after `MAX_CANDIDATES` candidates; the best is then timed again alternately with the
+heuristic and wins only if it is still faster by `MIN_GAIN`. The winner is kept in the tuning store
+(runtime/cache.py) under the kernel's identity (its plain LLVM IR), the CPU, the thread count, the
+beam width and the torch_uop version, so a later process skips the search.
 
 Small kernels, and kernels with data-dependent loops (random data could make them run for ever), keep
 the heuristic. This module times native code: it is the one part of core/ that runs anything.
@@ -46,20 +47,25 @@ def _default_split(shape: tuple, upcast: tuple) -> int | None:
 
 
 def neighbours(opts: KernelOpts, shape: tuple, reduces: bool) -> list[KernelOpts]:
-  """Opts one step away from `opts`: one axis upcast further, another SIMD axis, another split axis."""
+  """Opts one step away from `opts`: one axis upcast further or less, another SIMD axis, another split axis."""
   out = []
   factors = dict(opts.upcast)
   total = math.prod(factors.values())
+
+  def with_upcast(axis: int, new: int) -> KernelOpts:
+    upcast = tuple(sorted((a, f) for a, f in {**factors, axis: new}.items() if f > 1))
+    keep_split = opts.split_axis is not None and shape[opts.split_axis] // dict(upcast).get(opts.split_axis, 1) >= 2
+    vector_axis = opts.vector_axis if opts.vector_axis in dict(upcast) else None
+    return KernelOpts(upcast, opts.split_axis if keep_split else _default_split(shape, upcast), vector_axis)
+
   for axis, size in enumerate(shape):
     if size == 1: continue
     for f in UPCAST_FACTORS:
       new = factors.get(axis, 1) * f
       if size % new or new > MAX_AXIS_UPCAST or total * f > MAX_TOTAL_UPCAST: continue
       if axis not in factors and len(factors) >= MAX_UPCAST_AXES: continue
-      upcast = tuple(sorted({**factors, axis: new}.items()))
-      split = opts.split_axis if opts.split_axis is not None and shape[opts.split_axis] // dict(upcast).get(opts.split_axis, 1) >= 2 \
-        else _default_split(shape, upcast)
-      out.append(KernelOpts(upcast, split, opts.vector_axis))
+      out.append(with_upcast(axis, new))
+    if axis in factors: out.append(with_upcast(axis, factors[axis] // 2))
   if reduces:  # SIMD along an upcast output axis (the reduce loop then stays scalar), or along the reduction
     for axis in [None, *factors]:
       if axis != opts.vector_axis: out.append(KernelOpts(opts.upcast, opts.split_axis, axis))
@@ -219,7 +225,7 @@ def _beam_search(item, width: int, opt_level: int, debug: int, name: str) -> Ker
   bench = _Bench(item, opt_level)
   timed: dict[KernelOpts, float | None] = {heuristic: bench.run(heuristic)}
   if timed[heuristic] is None: return None  # the heuristic itself does not build: nothing to compare against
-  beam = [heuristic, KernelOpts((), _default_split(shape, ()), None)]
+  beam = [heuristic]
   best = timed[heuristic]
 
   def out_of_budget() -> bool:  # stop before a candidate that would likely overrun the time budget
