@@ -1,6 +1,6 @@
 """Heuristic opts vs BEAM search: time per call and search time, cold (empty tuning cache) and warm.
 
-Run: python benchmarks/bench_beam.py [--beam 4] [--repeats 15]
+Run: python benchmarks/bench_beam.py [--beam 4] [--repeats 15] [--only softmax]
 Each case is compiled with the heuristic (beam 0) and with BEAM=N in a fresh cache directory (cold search),
 then compiled again after a Dynamo reset (the winners now come from the disk cache: warm). Calls are timed
 interleaved, median of `repeats` rounds; the ratio is heuristic time / BEAM time (above 1: BEAM is faster).
@@ -46,10 +46,12 @@ def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--beam", type=int, default=4)
   ap.add_argument("--repeats", type=int, default=15)
+  ap.add_argument("--only", default="", help="run the cases whose name contains this")
   opt = ap.parse_args()
   print(f"load: {os.getloadavg()}, threads {torch.get_num_threads()}")
   print(f"{'case':24s} {'heur ms':>9s} {'beam ms':>9s} {'ratio':>6s} {'search cold s':>14s} {'search warm s':>14s} {'searched':>8s}")
   for name, fn, args in cases():
+    if opt.only not in name: continue
     with torch.no_grad(): ref = fn(*args)
     heur, _ = compile_timed(fn, args, 0)
     beam, cold = compile_timed(fn, args, opt.beam)

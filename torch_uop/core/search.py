@@ -33,7 +33,8 @@ MAX_TOTAL_UPCAST = 128   # the most stores (accumulators) one loop iteration has
 MAX_UPCAST_AXES = 3
 TIME_PER_CANDIDATE_S = 0.05  # timing runs stop once this much was spent (after at least MIN_RUNS)
 MIN_RUNS, MAX_RUNS = 3, 20
-MIN_GAIN = 0.03          # a winner must beat the heuristic by this fraction, else the heuristic stays (noise)
+MIN_GAIN = 0.05          # a winner must beat the heuristic by this fraction, else the heuristic stays (noise)
+CONFIRM_RUNS, CONFIRM_S = 10, 0.3  # the final heuristic-vs-best check: alternate runs, up to this many or seconds
 
 
 def _plain_ast(item):
@@ -132,11 +133,12 @@ class _Bench:
       best, spent, runs = min(best, dt), spent + dt, runs + 1
     return best
 
-  def confirm(self, a: KernelOpts, b: KernelOpts, runs: int = MIN_RUNS) -> tuple[float, float]:
+  def confirm(self, a: KernelOpts, b: KernelOpts) -> tuple[float, float]:
     """Both candidates timed again, alternately, so that a load change on the machine hits both alike."""
-    ta, tb = math.inf, math.inf
-    for _ in range(runs):
-      ta, tb = min(ta, _timed(self.launchers[a][1])), min(tb, _timed(self.launchers[b][1]))
+    ta, tb, spent, runs = math.inf, math.inf, 0.0, 0
+    while runs < MIN_RUNS or (runs < CONFIRM_RUNS and spent < CONFIRM_S):
+      da, db = _timed(self.launchers[a][1]), _timed(self.launchers[b][1])
+      ta, tb, spent, runs = min(ta, da), min(tb, db), spent + da + db, runs + 1
     return ta, tb
 
 
@@ -242,14 +244,15 @@ def _beam_search(item, width: int, opt_level: int, debug: int, name: str) -> Ker
     improved = ranked[0][0] < best
     best = ranked[0][0]
     if not improved or out_of_budget(): break
-  winner = heuristic
+  winner, t_heuristic, t_best = heuristic, timed[heuristic], timed[heuristic]
   if beam[0] != heuristic:
     t_heuristic, t_best = bench.confirm(heuristic, beam[0])
     if t_best < t_heuristic * (1 - MIN_GAIN): winner = beam[0]
   st["kernels_searched"] += 1
   if debug >= 1:
     print(f"[torch_uop] beam {name}: {len(timed)} candidates in {time.perf_counter() - t_start:.2f}s, "
-          f"heuristic {timed[heuristic] * 1e6:.1f}us {heuristic}, best {timed[winner] * 1e6:.1f}us {winner}", file=sys.stderr)
-  cache.store_tuning(key, json.dumps({"upcast": winner.upcast, "split_axis": winner.split_axis, "vector_axis": winner.vector_axis,
-                                      "time_s": timed[winner], "heuristic_time_s": timed[heuristic], "candidates": len(timed)}))
+          f"heuristic {t_heuristic * 1e6:.1f}us {heuristic}, best {t_best * 1e6:.1f}us {beam[0]}, chosen {winner}", file=sys.stderr)
+  record = {"upcast": winner.upcast, "split_axis": winner.split_axis, "vector_axis": winner.vector_axis,
+            "time_s": t_best if winner != heuristic else t_heuristic, "heuristic_time_s": t_heuristic, "candidates": len(timed)}
+  cache.store_tuning(key, json.dumps(record))
   return winner
