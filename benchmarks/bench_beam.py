@@ -27,10 +27,17 @@ def cases():
   yield "CNN 8x3x32x32 (eval)", cnn, (torch.randn(8, 3, 32, 32),)
 
 
+def _own_code(fn):
+  """fn behind a function with a code object of its own: Dynamo keeps compiled graphs per code object, so
+  variants compiled from one function would otherwise share (and evict) each other's entries."""
+  ns = {"fn": fn}
+  exec("def call(*args): return fn(*args)", ns)
+  return ns["call"]
+
+
 def compile_timed(fn, args, beam):
-  torch._dynamo.reset()
   torch_uop.reset_metrics()
-  f = torch.compile(fn, backend="uop", options={"beam": beam})
+  f = torch.compile(_own_code(fn), backend="uop", options={"beam": beam})
   with torch.no_grad(): f(*args)
   return f, torch_uop.metrics()
 
