@@ -37,7 +37,7 @@ def _own_code(fn):
 
 def compile_timed(fn, args, beam):
   torch_uop.reset_metrics()
-  f = torch.compile(_own_code(fn), backend="uop", options={"beam": beam})
+  f = torch.compile(_own_code(fn), backend="uop", options={"beam": beam}, dynamic=False)
   with torch.no_grad(): f(*args)
   return f, torch_uop.metrics()
 
@@ -59,6 +59,7 @@ def main():
   print(f"{'case':24s} {'heur ms':>9s} {'beam ms':>9s} {'ratio':>6s} {'search cold s':>14s} {'search warm s':>14s} {'searched':>8s}")
   for name, fn, args in cases():
     if opt.only not in name: continue
+    torch._dynamo.reset()
     with torch.no_grad(): ref = fn(*args)
     heur, _ = compile_timed(fn, args, 0)
     beam, cold = compile_timed(fn, args, opt.beam)
