@@ -3,9 +3,9 @@
 torch.compile(..., options={...}) keys: `debug` (int), `opt_level` (0-3, LLVM pipeline level),
 `device` ("cpu"), `fallback_whole_graph` (bool: run the FX graph eagerly, for bisecting), `beam` (int:
 width of the BEAM search over each kernel's opts, core/search.py; 0 = the heuristic).
-Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu, TORCH_UOP_BEAM=N; the kernel disk cache
-reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over environment
-variables.
+Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu, TORCH_UOP_BEAM=N; the
+kernel disk cache reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over
+environment variables.
 """
 from __future__ import annotations
 import os

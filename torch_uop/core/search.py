@@ -9,13 +9,15 @@ the heuristic's is rejected. The search stops when a round finds nothing faster,
 seconds or after `MAX_CANDIDATES` candidates; the best is then timed again alternately with the
 heuristic and wins only if it is still faster by `MIN_GAIN`. The winner is kept in the tuning store
 (runtime/cache.py) under the kernel's identity (its plain LLVM IR), the CPU, the thread count, the
-beam width and the torch_uop version, so a later process skips the search.
+beam width, the torch_uop version and a digest of the optimizer's sources, so a later process skips
+the search.
 
 Small kernels, and kernels with data-dependent loops (random data could make them run for ever), keep
 the heuristic. This module times native code: it is the one part of core/ that runs anything.
 """
 from __future__ import annotations
 import contextlib
+import functools
 import json
 import math
 import sys
@@ -188,7 +190,18 @@ def _tuning_key(item, width: int, opt_level: int) -> str:
   k = build_kernel(item, "k", KernelOpts())
   return cache.key("beam", render_llvm(k.name, k.program, k.buffers), llvm.get_host_cpu_name(),
                    llvm.get_host_cpu_features().flatten(), f"threads={torch.get_num_threads()}", f"width={width}",
-                   f"opt={opt_level}", torch_uop.__version__)
+                   f"opt={opt_level}", torch_uop.__version__, _optimizer_sources())
+
+
+@functools.cache
+def _optimizer_sources() -> str:
+  """A digest of the code that decides what an opt means and which opts exist: a change there retunes."""
+  import hashlib
+  import torch_uop.core.codegen, torch_uop.core.opt, torch_uop.core.renderer.llvmir  # noqa: E401
+  h = hashlib.sha256()
+  for mod in (torch_uop.core.codegen, torch_uop.core.opt, torch_uop.core.renderer.llvmir, sys.modules[__name__]):
+    with open(mod.__file__, "rb") as f: h.update(f.read())
+  return h.hexdigest()
 
 
 def _opts_from_json(d: dict) -> KernelOpts:
