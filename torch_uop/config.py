@@ -1,10 +1,11 @@
 """Options and environment variables, read in one place.
 
 torch.compile(..., options={...}) keys: `debug` (int), `opt_level` (0-3, LLVM pipeline level),
-`device` ("cpu"), `fallback_whole_graph` (bool: run the FX graph eagerly, for bisecting).
-Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu; the kernel disk cache
-reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over environment
-variables.
+`device` ("cpu"), `fallback_whole_graph` (bool: run the FX graph eagerly, for bisecting), `beam` (int:
+width of the BEAM search over each kernel's opts, core/search.py; 0 = the heuristic).
+Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu, TORCH_UOP_BEAM=N; the
+kernel disk cache reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over
+environment variables.
 """
 from __future__ import annotations
 import os
@@ -32,16 +33,19 @@ class Config:
   opt_level: int = 3
   device: str = "cpu"
   fallback_whole_graph: bool = False
+  beam: int = 0
 
   @staticmethod
   def from_options(options: dict | None = None) -> Config:
     cfg = Config(debug=int(os.environ.get("TORCH_UOP_DEBUG", "0") or 0),
                  opt_level=int(os.environ.get("TORCH_UOP_OPT_LEVEL", "3") or 3),
-                 device=os.environ.get("TORCH_UOP_DEVICE", "cpu"))
+                 device=os.environ.get("TORCH_UOP_DEVICE", "cpu"),
+                 beam=_coerce("TORCH_UOP_BEAM", os.environ.get("TORCH_UOP_BEAM", "0") or 0, int))
     known = {f.name for f in fields(Config)}
     for k, v in (options or {}).items():
       if k not in known: raise ValueError(f"torch_uop: unknown option {k!r}; known options: {sorted(known)}")
       setattr(cfg, k, _coerce(k, v, type(getattr(cfg, k))))
     if cfg.device not in DEVICES: raise ValueError(f"torch_uop: device {cfg.device!r} is not available; choose from {DEVICES}")
     if not 0 <= cfg.opt_level <= 3: raise ValueError(f"torch_uop: opt_level must be 0..3, got {cfg.opt_level}")
+    if cfg.beam < 0: raise ValueError(f"torch_uop: beam must be >= 0 (0: no search), got {cfg.beam}")
     return cfg

@@ -15,6 +15,8 @@ _fresh = lambda: {
   "graph_calls_run_by_torch": 0,  # calls of a compiled graph that a run-time guard sent to torch (e.g. another storage offset)
   "compile_time_s": collections.Counter(),     # stage -> seconds
   "cache_hits": 0,
+  "kernels_searched": 0,         # kernels whose opts a BEAM search chose (TORCH_UOP_BEAM)
+  "search_cache_hits": 0,        # kernels whose BEAM winner came from the disk cache
 }
 _state = _fresh()
 _reported: set = set()

@@ -69,7 +69,8 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   st["nodes_lowered"] += lowered.nodes_lowered
   for op in lowered.fallbacks: st["nodes_fallen_back"][op] += 1
   try:
-    compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=f"{kind}{st['graphs_compiled']}")
+    compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=f"{kind}{st['graphs_compiled']}",
+                             beam=config.beam)
   except Exception as e:  # a scheduling or compile bug must never break the user's program
     if config.debug >= 3: import traceback; traceback.print_exc()
     return _whole_graph_fallback(gm, f"compilation failed: {type(e).__name__}: {e}", config)

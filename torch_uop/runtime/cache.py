@@ -1,7 +1,9 @@
-"""Disk cache of compiled kernel objects, so a second process compiling the same graph skips LLVM.
+"""Disk cache of compiled kernel objects and of tuning results, so a second process compiling the same
+graph skips LLVM and the BEAM search.
 
 Keyed by the SHA-256 of the LLVM IR text, the target (CPU name and features), the optimization level
-and the llvmlite version; each entry is one native object file. The directory is
+and the llvmlite version; each entry is one native object file (`load`/`store`). BEAM winners
+(core/search.py) are small JSON texts under their own keys (`load_tuning`/`store_tuning`). The directory is
 `TORCH_UOP_CACHE_DIR` (default `$XDG_CACHE_HOME/torch_uop` or `~/.cache/torch_uop`); set
 `TORCH_UOP_CACHE=0` to turn it off. Writes are atomic (temp file + rename); an unreadable or
 unwritable cache is ignored, never an error.
@@ -29,16 +31,16 @@ def key(*parts: str) -> str:
   return h.hexdigest()
 
 
-def load(k: str) -> bytes | None:
+def load(k: str, suffix: str = ".o") -> bytes | None:
   d = cache_dir()
   if d is None: return None
   try:
-    with open(os.path.join(d, k[:2], k + ".o"), "rb") as f: return f.read()
+    with open(os.path.join(d, k[:2], k + suffix), "rb") as f: return f.read()
   except OSError:
     return None
 
 
-def store(k: str, data: bytes) -> None:
+def store(k: str, data: bytes, suffix: str = ".o") -> None:
   d = cache_dir()
   if d is None: return
   try:
@@ -46,6 +48,17 @@ def store(k: str, data: bytes) -> None:
     os.makedirs(sub, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=sub, suffix=".tmp")
     with os.fdopen(fd, "wb") as f: f.write(data)
-    os.replace(tmp, os.path.join(sub, k + ".o"))
+    os.replace(tmp, os.path.join(sub, k + suffix))
   except OSError:
     pass
+
+
+def load_tuning(k: str) -> str | None:
+  data = load(k, ".tune.json")
+  try:
+    return None if data is None else data.decode()
+  except UnicodeDecodeError:
+    return None
+
+
+def store_tuning(k: str, text: str) -> None: store(k, text.encode(), ".tune.json")

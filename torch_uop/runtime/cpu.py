@@ -4,7 +4,8 @@
 vectorization) one module, JIT-compiles it with MCJIT for the host CPU and its features, and
 exposes each kernel (name -> number of buffer arguments) as a ctypes function taking one `void*`
 per buffer and the bounds of its thread-split loop. The native object is kept in the disk cache
-(runtime/cache.py): a later process with the same IR skips optimization and code generation.
+(runtime/cache.py): a later process with the same IR skips optimization and code generation
+(`disk_cache=False`, for BEAM candidates, neither reads nor writes it).
 Libm functions referenced by the IR resolve against the running process. It knows nothing of UOps
 or torch.
 """
@@ -44,19 +45,19 @@ def optimize(mod, tm, level: int = 3):
 
 
 class CPUProgram:
-  def __init__(self, source: str, signatures: dict[str, int], opt_level: int = 3):
+  def __init__(self, source: str, signatures: dict[str, int], opt_level: int = 3, disk_cache: bool = True):
     with _lock:
       tm = _target_machine()
       cache_key = cache.key(source, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), str(opt_level),
                             llvm.__name__ + getattr(llvm, "llvm_version_info", ("?",)).__repr__())
-      cached = cache.load(cache_key)
+      cached = cache.load(cache_key) if disk_cache else None
       self.cache_hit = cached is not None
       mod = llvm.parse_assembly(source)
       mod.verify()
       if opt_level and cached is None: optimize(mod, tm, opt_level)
       self.engine = llvm.create_mcjit_compiler(mod, _target_machine())
       # MCJIT asks the cache before generating code and reports what it generated
-      self.engine.set_object_cache(lambda m, buf: cache.store(cache_key, buf), lambda m: cached)
+      if disk_cache: self.engine.set_object_cache(lambda m, buf: cache.store(cache_key, buf), lambda m: cached)
       self.engine.finalize_object()
       self.optimized_ir = None if cached is not None else str(mod)
       self.functions = {}

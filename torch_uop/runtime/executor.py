@@ -19,6 +19,7 @@ from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem
 from torch_uop.core.shapetracker import contiguous_strides
 from torch_uop.core.codegen import build_kernel
+from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_llvm
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
 from torch_uop.runtime.cpu import CPUProgram
@@ -46,7 +47,7 @@ class CompiledGraph:
   """`kernels` (codegen.Kernel: name, ast, program, buffers) and `sources` (each kernel's LLVM IR, in
   the same order) stay available for inspection; `n_kernels`/`n_fallbacks` count the steps of one call."""
 
-  def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph"):
+  def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph", beam: int = 0):
     # an instance attribute, so wrappers made with functools.wraps (torch._dynamo.disable) keep it
     self._boxed_call = True
     self.debug = debug
@@ -72,10 +73,14 @@ class CompiledGraph:
     with _Timer("schedule"):
       sched = schedule(roots, lowered.next_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None})
     self.buffers = sched.buffers
-    kernels = []
+    kernels, tuned = [], {}
+    if beam:  # opts chosen by timing candidates (core/search.py); None keeps the heuristic
+      with _Timer("search"):
+        tuned = {i: beam_search(item, beam, opt_level, debug, f"{name}_k{i}") for i, item in enumerate(sched.items)
+                 if isinstance(item, KernelItem)}
     with _Timer("codegen"):
       for i, item in enumerate(sched.items):
-        if isinstance(item, KernelItem): kernels.append((item, build_kernel(item, f"{name}_k{i}")))
+        if isinstance(item, KernelItem): kernels.append((item, build_kernel(item, f"{name}_k{i}", tuned.get(i))))
     with _Timer("render"):
       sources = [render_llvm(k.name, k.program, k.buffers) for _, k in kernels]
     self.kernels = [k for _, k in kernels]

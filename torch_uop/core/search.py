@@ -1,0 +1,271 @@
+"""BEAM search: choose one kernel's opts by compiling and timing candidates.
+
+`beam_search(item, width, opt_level)` takes a scheduled kernel and returns the `KernelOpts` to build it
+with. It starts from the heuristic's opts (core/opt.py); each round it derives every neighbour of the
+`width` fastest opts found so far (an axis upcast twice or half as far, another SIMD axis, another
+thread-split axis), compiles each with llvmlite, runs it on scratch buffers of the kernel's shapes,
+strides and dtypes (random data) and keeps the fastest `width`. A candidate whose output differs from
+the heuristic's is rejected. The search stops when a round finds nothing faster, after `MAX_SEARCH_S`
+seconds or after `MAX_CANDIDATES` candidates; the best is then timed again alternately with the
+heuristic and wins only if it is still faster by `MIN_GAIN`. The winner is kept in the tuning store
+(runtime/cache.py) under the kernel's identity (its plain LLVM IR), the CPU, the thread count, the
+beam width, the torch_uop version and a digest of the optimizer's sources, so a later process skips
+the search.
+
+Small kernels, and kernels with data-dependent loops (random data could make them run for ever), keep
+the heuristic. This module times native code: it is the one part of core/ that runs anything.
+"""
+from __future__ import annotations
+import contextlib
+import functools
+import json
+import math
+import sys
+import time
+from torch_uop.core.opt import KernelOpts, heuristic_opts
+from torch_uop.core.uop import Ops
+from torch_uop import counters as _metrics
+
+MAX_SEARCH_S = 10.0      # per kernel, compile and timing together
+MAX_CANDIDATES = 40      # per kernel, the heuristic's and the plain kernel's opts included
+MIN_WORK = 1 << 16       # kernels with fewer output elements x reduce steps keep the heuristic
+UPCAST_FACTORS = (2, 4, 8, 16)
+MAX_AXIS_UPCAST = 32     # the most one axis is upcast by
+MAX_TOTAL_UPCAST = 128   # the most stores (accumulators) one loop iteration has
+MAX_UPCAST_AXES = 3
+TIME_PER_CANDIDATE_S = 0.05  # timing runs stop once this much was spent (after at least MIN_RUNS)
+MIN_RUNS, MAX_RUNS = 3, 20
+MIN_GAIN = 0.05          # a winner must beat the heuristic by this fraction, else the heuristic stays (noise)
+CONFIRM_RUNS, CONFIRM_S = 10, 0.3  # the final heuristic-vs-best check: alternate runs, up to this many or seconds
+
+
+def _plain_ast(item):
+  from torch_uop.core.codegen import _kernel_ast
+  return _kernel_ast(item, KernelOpts())[0]
+
+
+def _default_split(shape: tuple, upcast: tuple) -> int | None:
+  factors = dict(upcast)
+  return next((a for a in range(len(shape)) if shape[a] // factors.get(a, 1) >= 2), None)
+
+
+def neighbours(opts: KernelOpts, shape: tuple, reduces: bool) -> list[KernelOpts]:
+  """Opts one step away from `opts`: one axis upcast further or less, another SIMD axis, another split axis."""
+  out = []
+  factors = dict(opts.upcast)
+  total = math.prod(factors.values())
+
+  def with_upcast(axis: int, new: int) -> KernelOpts:
+    upcast = tuple(sorted((a, f) for a, f in {**factors, axis: new}.items() if f > 1))
+    keep_split = opts.split_axis is not None and shape[opts.split_axis] // dict(upcast).get(opts.split_axis, 1) >= 2
+    vector_axis = opts.vector_axis if opts.vector_axis in dict(upcast) else None
+    return KernelOpts(upcast, opts.split_axis if keep_split else _default_split(shape, upcast), vector_axis)
+
+  for axis, size in enumerate(shape):
+    if size == 1: continue
+    for f in UPCAST_FACTORS:
+      new = factors.get(axis, 1) * f
+      if size % new or new > MAX_AXIS_UPCAST or total * f > MAX_TOTAL_UPCAST: continue
+      if axis not in factors and len(factors) >= MAX_UPCAST_AXES: continue
+      out.append(with_upcast(axis, new))
+    if axis in factors: out.append(with_upcast(axis, factors[axis] // 2))
+  if reduces:  # SIMD along an upcast output axis (the reduce loop then stays scalar), or along the reduction
+    for axis in [None, *factors]:
+      if axis != opts.vector_axis: out.append(KernelOpts(opts.upcast, opts.split_axis, axis))
+  for axis, size in enumerate(shape):
+    if axis != opts.split_axis and size // factors.get(axis, 1) >= 2:
+      out.append(KernelOpts(opts.upcast, axis, opts.vector_axis))
+  return out
+
+
+def _scratch(info, torch):
+  """A buffer of this BufferInfo's shape, strides and dtype, filled with random values."""
+  from torch_uop.core.dtypes import to_torch
+  dt = to_torch(info.dtype)
+  t = torch.empty_strided(info.shape, info.strides, dtype=dt)
+  if dt.is_floating_point: t.copy_(torch.randn(info.shape))
+  elif dt is torch.bool: t.copy_(torch.rand(info.shape) < 0.5)
+  else: t.copy_(torch.randint(0, 4, info.shape))  # small values: valid indices, shifts and divisors stay tame
+  return t
+
+
+class _Bench:
+  """Compiles candidates of one kernel and times them on shared scratch buffers."""
+
+  def __init__(self, item, opt_level: int):
+    import torch
+    self.item, self.opt_level, self.torch = item, opt_level, torch
+    state = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    try:
+      with _one_torch_thread(torch): self.buffers = {s: _scratch(info, torch) for s, info in item.buffers.items()}
+    finally:
+      torch.random.set_rng_state(state)
+    self.reference = None  # the heuristic's output
+    self.launchers: dict = {}  # opts -> (program, launch()) of each correct candidate
+
+  def run(self, opts: KernelOpts, cutoff: float = math.inf) -> float | None:
+    """Seconds one call of the kernel built with `opts` takes (min over runs), or None if it failed or was wrong.
+    A first run slower than `cutoff` is not repeated."""
+    from torch_uop.core.codegen import build_kernel
+    from torch_uop.core.renderer.llvmir import render_llvm
+    from torch_uop.runtime.cpu import CPUProgram
+    from torch_uop.runtime import threads
+    from torch_uop.runtime.executor import _kernel_work
+    torch = self.torch
+    try:
+      k = build_kernel(self.item, "tune", opts)
+      prog = CPUProgram(render_llvm(k.name, k.program, k.buffers), {k.name: len(k.buffers)}, self.opt_level, disk_cache=False)
+    except Exception:
+      return None
+    fn, ptrs = prog.functions[k.name], [self.buffers[s].data_ptr() for s in k.buffers]
+    n_threads = threads.threads_for(k.split_size, _kernel_work(k))
+    launch = lambda: threads.launch(fn, ptrs, k.split_size, n_threads)
+    out = self.buffers[self.item.out_slot]
+    with _one_torch_thread(torch):  # torch's own small ops crawl when its threads fight ours for the cores
+      out.fill_(float("nan") if out.dtype.is_floating_point else 0x5A if out.dtype is not torch.bool else True)
+    best = _timed(launch)
+    with _one_torch_thread(torch):
+      if self.reference is None: self.reference = out.clone()
+      elif not _same(out, self.reference, torch): return None
+    self.launchers[opts] = (prog, launch)  # the program owns the code `launch` calls
+    spent, runs = best, 1
+    while best < cutoff and (runs < MIN_RUNS or (runs < MAX_RUNS and spent < TIME_PER_CANDIDATE_S)):
+      dt = _timed(launch)
+      best, spent, runs = min(best, dt), spent + dt, runs + 1
+    return best
+
+  def confirm(self, a: KernelOpts, b: KernelOpts) -> tuple[float, float]:
+    """Both candidates timed again, alternately, so that a load change on the machine hits both alike."""
+    ta, tb, spent, runs = math.inf, math.inf, 0.0, 0
+    while runs < MIN_RUNS or (runs < CONFIRM_RUNS and spent < CONFIRM_S):
+      da, db = _timed(self.launchers[a][1]), _timed(self.launchers[b][1])
+      ta, tb, spent, runs = min(ta, da), min(tb, db), spent + da + db, runs + 1
+    return ta, tb
+
+
+def _timed(launch) -> float:
+  t0 = time.perf_counter()
+  launch()
+  return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def _one_torch_thread(torch):
+  n = torch.get_num_threads()
+  torch.set_num_threads(1)
+  try:
+    yield
+  finally:
+    torch.set_num_threads(n)
+
+
+def _same(a, b, torch) -> bool:
+  if a.dtype.is_floating_point:
+    a, b = a.double(), b.double()
+    scale = 1.0 + float(b.nan_to_num(0, 0, 0).abs().max()) if b.numel() else 1.0
+    return bool(torch.allclose(a, b, rtol=1e-3, atol=1e-4 * scale, equal_nan=True))
+  return bool(torch.equal(a, b))
+
+
+def _searchable(item, plain) -> bool:
+  nodes = plain.toposort()
+  if any(n.op in (Ops.LOOP, Ops.LOOP_VAR) for n in nodes): return False
+  if any(st < 0 for info in item.buffers.values() for st in info.strides): return False
+  if any(math.prod(info.shape) == 0 for info in item.buffers.values()): return False
+  reduce_size = 1
+  for r in next((n.src[1:] for n in nodes if n.op is Ops.REDUCE), ()): reduce_size *= r.src[0].arg
+  return math.prod(item.root.shape) * reduce_size >= MIN_WORK
+
+
+def _tuning_key(item, width: int, opt_level: int) -> str:
+  import torch
+  import llvmlite.binding as llvm
+  import torch_uop
+  from torch_uop.core.codegen import build_kernel
+  from torch_uop.core.renderer.llvmir import render_llvm
+  from torch_uop.runtime import cache
+  from torch_uop.runtime.cpu import _init_llvm
+  _init_llvm()
+  k = build_kernel(item, "k", KernelOpts())
+  return cache.key("beam", render_llvm(k.name, k.program, k.buffers), llvm.get_host_cpu_name(),
+                   llvm.get_host_cpu_features().flatten(), f"threads={torch.get_num_threads()}", f"width={width}",
+                   f"opt={opt_level}", torch_uop.__version__, _optimizer_sources())
+
+
+@functools.cache
+def _optimizer_sources() -> str:
+  """A digest of the code that decides what an opt means and which opts exist: a change there retunes."""
+  import hashlib
+  import torch_uop.core.codegen, torch_uop.core.opt, torch_uop.core.renderer.llvmir  # noqa: E401
+  h = hashlib.sha256()
+  for mod in (torch_uop.core.codegen, torch_uop.core.opt, torch_uop.core.renderer.llvmir, sys.modules[__name__]):
+    with open(mod.__file__, "rb") as f: h.update(f.read())
+  return h.hexdigest()
+
+
+def _opts_from_json(d: dict) -> KernelOpts:
+  return KernelOpts(tuple((int(a), int(f)) for a, f in d["upcast"]), d["split_axis"], d["vector_axis"])
+
+
+def beam_search(item, width: int, opt_level: int = 3, debug: int = 0, name: str = "") -> KernelOpts | None:
+  """The opts to build `item` with: the tuned winner, or None (build with the heuristic)."""
+  from torch.utils._python_dispatch import _disable_current_modes
+  with _disable_current_modes():  # compiling runs under Dynamo's fake-tensor mode; scratch buffers must be real
+    try:
+      return _beam_search(item, width, opt_level, debug, name)
+    except Exception as e:  # a kernel the search cannot run (e.g. overlapping scratch layouts) keeps the heuristic
+      if debug >= 1: print(f"[torch_uop] beam {name}: not searched ({type(e).__name__}: {e})", file=sys.stderr)
+      return None
+
+
+def _beam_search(item, width: int, opt_level: int, debug: int, name: str) -> KernelOpts | None:
+  from torch_uop.runtime import cache
+  plain = _plain_ast(item)
+  if not _searchable(item, plain): return None
+  st = _metrics.state()
+  key = _tuning_key(item, width, opt_level)
+  hit = cache.load_tuning(key)
+  if hit is not None:
+    try:
+      opts = _opts_from_json(json.loads(hit))
+      st["search_cache_hits"] += 1
+      return opts
+    except (ValueError, KeyError, TypeError):
+      pass
+  t_start = time.perf_counter()
+  shape = item.root.shape
+  reduces = any(n.op is Ops.REDUCE for n in plain.toposort())
+  heuristic = heuristic_opts(shape, plain)
+  bench = _Bench(item, opt_level)
+  timed: dict[KernelOpts, float | None] = {heuristic: bench.run(heuristic)}
+  if timed[heuristic] is None: return None  # the heuristic itself does not build: nothing to compare against
+  beam = [heuristic]
+  best = timed[heuristic]
+
+  def out_of_budget() -> bool:  # stop before a candidate that would likely overrun the time budget
+    spent = time.perf_counter() - t_start
+    return len(timed) >= MAX_CANDIDATES or spent + spent / len(timed) > MAX_SEARCH_S
+
+  while True:
+    fresh = [c for b in beam for c in [b, *neighbours(b, shape, reduces)] if c not in timed]
+    for c in dict.fromkeys(fresh):
+      if out_of_budget(): break
+      timed[c] = bench.run(c, cutoff=2 * best)
+    ranked = sorted((t, i, o) for i, (o, t) in enumerate(timed.items()) if t is not None)
+    beam = [o for _, _, o in ranked[:width]]
+    improved = ranked[0][0] < best
+    best = ranked[0][0]
+    if not improved or out_of_budget(): break
+  winner, t_heuristic, t_best = heuristic, timed[heuristic], timed[heuristic]
+  if beam[0] != heuristic:
+    t_heuristic, t_best = bench.confirm(heuristic, beam[0])
+    if t_best < t_heuristic * (1 - MIN_GAIN): winner = beam[0]
+  st["kernels_searched"] += 1
+  if debug >= 1:
+    print(f"[torch_uop] beam {name}: {len(timed)} candidates in {time.perf_counter() - t_start:.2f}s, "
+          f"heuristic {t_heuristic * 1e6:.1f}us {heuristic}, best {t_best * 1e6:.1f}us {beam[0]}, chosen {winner}", file=sys.stderr)
+  record = {"upcast": winner.upcast, "split_axis": winner.split_axis, "vector_axis": winner.vector_axis,
+            "time_s": t_best if winner != heuristic else t_heuristic, "heuristic_time_s": t_heuristic, "candidates": len(timed)}
+  cache.store_tuning(key, json.dumps(record))
+  return winner
