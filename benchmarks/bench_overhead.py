@@ -1,7 +1,8 @@
 """Per-call overhead of a one-kernel graph (`x + 1` on 16 elements): eager, Inductor and torch_uop.
 
 Prints µs per call (median of interleaved rounds) and, for torch_uop, the time inside
-CompiledGraph.__call__ and a bare launch of its kernel. `python benchmarks/bench_overhead.py [--no-inductor]`
+CompiledGraph.__call__ and a bare launch of its kernel. Run from the repository root:
+`PYTHONPATH=. python benchmarks/bench_overhead.py [--no-inductor]` (ROUNDS=15 by default).
 """
 import os, sys, time, statistics
 import torch
@@ -31,11 +32,14 @@ def main():
   executor._observers.remove(seen)
   g = seen[-1]
   fns["uop CompiledGraph.__call__"] = lambda x: g([x])
+  if hasattr(g, "_call_general"): fns["uop general call path"] = lambda x: g._call_general([x])
   k = g.kernels[0]
   prog = g.program.functions[k.name]
   out = torch.empty(16)
   ptrs = [out.data_ptr(), x.data_ptr()]
-  fns["uop kernel only (ctypes)"] = lambda x: prog(*ptrs, 0, 1)
+  fns["uop kernel only (ctypes)"] = lambda x: prog(*ptrs, 0, 16)
+  entry = getattr(g.program, "entries", {}).get(f"{k.name}_py")
+  if entry is not None: fns["uop kernel only (builtin launcher)"] = lambda x: entry(*ptrs)
   fns["torch.empty(16)"] = lambda x: torch.empty(16)
   res = {k: [] for k in fns}
   with torch.no_grad():

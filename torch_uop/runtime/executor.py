@@ -329,8 +329,16 @@ def _plan_arena(steps: list, buffers: dict, keep: set, last_use: dict) -> tuple[
     size = _nbytes(buffers[slot])
     if slot in keep or slot in seen_by_fallback or buffers[slot].kind == "input" or size == 0: continue
     lives.append((size, i, last_use.get(slot, i), slot))
+  best = None
+  for order in (lambda x: (-x[0], x[1]), lambda x: (x[1], -x[0])):  # first fit, biggest first or earliest first
+    offsets, total = _first_fit(sorted(lives, key=order))
+    if best is None or total < best[1]: best = (offsets, total)
+  return best[0], -(-best[1] // ARENA_ALIGN) * ARENA_ALIGN
+
+
+def _first_fit(lives: list) -> tuple[dict, int]:
   placed, offsets, total = [], {}, 0
-  for size, start, end, slot in sorted(lives, key=lambda x: (-x[0], x[1])):
+  for size, start, end, slot in lives:
     busy = sorted((o, o + sz) for o, sz, s2, e2 in placed if s2 <= end and start <= e2)
     offset = 0
     for lo, hi in busy:  # the lowest gap that fits, among buffers alive at the same time
@@ -339,7 +347,7 @@ def _plan_arena(steps: list, buffers: dict, keep: set, last_use: dict) -> tuple[
     placed.append((offset, size, start, end))
     offsets[slot] = offset
     total = max(total, offset + size)
-  return offsets, -(-total // ARENA_ALIGN) * ARENA_ALIGN
+  return offsets, total
 
 
 def _peak_bytes(steps: list, buffers: dict, release: list, in_arena: dict) -> int:
