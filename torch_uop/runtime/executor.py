@@ -2,10 +2,15 @@
 
 At compile time: schedule the tensor graph, build and linearize each kernel, render all kernels
 into one LLVM module and compile it, and plan every step (which buffers to allocate, which to free
-after their last use). At call time: check each input's layout, bind `data_ptr`s, launch kernels
-and fallback ops in order, and return the outputs. Intermediates and outputs are allocated by torch;
-outputs get the strides eager gives them (AOTAutograd compiles the backward for the saved tensors'
-eager layouts).
+after their last use). Intermediates that only kernels touch share one arena: each gets an offset,
+and two share bytes only if their lifetimes do not overlap; an arena up to ARENA_KEEP_BYTES is
+allocated once and kept (guarded by a lock), a bigger one once per call. At the first call the call
+path is generated as straight-line Python (`call_source`): check each input's dtype, shape and
+strides, allocate outputs, call each small kernel through its builtin launcher (runtime/cpu.py)
+with its buffers' addresses, bigger ones through runtime/threads.py, run fallback ops, return the
+outputs. Anything else (another layout, a storage offset guard, complex values, the arena in use by
+another thread) takes `_call_general`. Outputs are allocated by torch, never in the arena, with the
+strides eager gives them (AOTAutograd compiles the backward for the saved tensors' eager layouts).
 """
 from __future__ import annotations
 import math
