@@ -119,7 +119,7 @@ class _Bench:
     except Exception:
       return None
     fn, ptrs = prog.functions[k.name], [self.buffers[s].data_ptr() for s in k.buffers]
-    n_threads = threads.threads_for(k.split_size, _kernel_work(k))
+    n_threads = threads.max_threads(k.split_size, _kernel_work(k))
     launch = lambda: threads.launch(fn, ptrs, k.split_size, n_threads)
     out = self.buffers[self.item.out_slot]
     with _one_torch_thread(torch):  # torch's own small ops crawl when its threads fight ours for the cores

@@ -3,7 +3,9 @@
 `CPUProgram(source, signatures)` parses, verifies and optimizes (O3 pipeline with loop and SLP
 vectorization) one module, JIT-compiles it with MCJIT for the host CPU and its features, and
 exposes each kernel (name -> number of buffer arguments) as a ctypes function taking one `void*`
-per buffer and the bounds of its thread-split loop. The native object is kept in the disk cache
+per buffer and the bounds of its thread-split loop. `python_entry_ir` writes a launcher that Python calls as
+a builtin function (METH_FASTCALL) with the buffers' addresses as ints and that calls one kernel on the calling
+thread: about 0.1 µs a call, where a ctypes call costs 1 µs or more. The native object is kept in the disk cache
 (runtime/cache.py): a later process with the same IR skips optimization and code generation
 (`disk_cache=False`, for BEAM candidates, neither reads nor writes it).
 Libm functions referenced by the IR resolve against the running process. It knows nothing of UOps
@@ -13,6 +15,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import sys
+import sysconfig
 import threading
 import llvmlite.binding as llvm
 from torch_uop.runtime import cache
@@ -44,8 +48,43 @@ def optimize(mod, tm, level: int = 3):
   pb.getModulePassManager().run(mod, pb)
 
 
+_METH_FASTCALL = 0x80
+# free-threaded builds count references differently: no launchers there
+_ENTRIES_SUPPORTED = sys.implementation.name == "cpython" and not sysconfig.get_config_var("Py_GIL_DISABLED")
+
+
+class _PyMethodDef(ctypes.Structure):
+  _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p), ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
+
+
+_new_builtin = ctypes.pythonapi.PyCFunction_NewEx
+_new_builtin.restype, _new_builtin.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
+_LONG_AS_PTR = ctypes.cast(ctypes.pythonapi.PyLong_AsVoidPtr, ctypes.c_void_p).value
+
+
+def python_entries_supported() -> bool: return _ENTRIES_SUPPORTED
+
+
+def python_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int) -> str:
+  """LLVM IR of `entry(*addresses)`, a METH_FASTCALL builtin that calls `kernel(addresses..., 0, split_size)`. It
+  trusts its caller: one int per buffer, each a valid address; the kernel runs holding the GIL. Returns its `self`."""
+  lines = [f"define ptr @{entry}(ptr %self, ptr %args, i64 %nargs) {{", "entry:",
+           "  %as_ptr = load ptr, ptr @torch_uop_long_as_ptr"]
+  for i in range(n_buffers):
+    lines += [f"  %a{i}.slot = getelementptr ptr, ptr %args, i64 {i}", f"  %a{i} = load ptr, ptr %a{i}.slot",
+              f"  %b{i} = call ptr %as_ptr(ptr %a{i})"]
+  lines.append(f"  call void @{kernel}({''.join(f'ptr %b{i}, ' for i in range(n_buffers))}i64 0, i64 {split_size})")
+  # the result: a new reference to `self` (the CPUProgram, an ordinary object)
+  lines += ["  %rc = load i64, ptr %self", "  %rc1 = add i64 %rc, 1", "  store i64 %rc1, ptr %self", "  ret ptr %self", "}"]
+  return "\n".join(lines)
+
+
 class CPUProgram:
-  def __init__(self, source: str, signatures: dict[str, int], opt_level: int = 3, disk_cache: bool = True):
+  def __init__(self, source: str, signatures: dict[str, int], opt_level: int = 3, entries: dict[str, str] = None,
+               disk_cache: bool = True):
+    """`entries`: launcher name -> its `python_entry_ir`, compiled with the kernels into builtins (`self.entries`)."""
+    entries = entries or {}
+    if entries: source += "\n@torch_uop_long_as_ptr = global ptr null\n" + "\n".join(entries.values()) + "\n"
     with _lock:
       tm = _target_machine()
       cache_key = cache.key(source, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), str(opt_level),
@@ -65,3 +104,12 @@ class CPUProgram:
         addr = self.engine.get_function_address(name)
         # buffers, then the [lo, hi) bounds of the thread-split loop
         self.functions[name] = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs), ctypes.c_int64, ctypes.c_int64)(addr)
+      self.entries = {}
+      if entries:
+        ctypes.c_void_p.from_address(self.engine.get_global_value_address("torch_uop_long_as_ptr")).value = _LONG_AS_PTR
+        self._method_defs = []
+        for name in entries:
+          mdef = _PyMethodDef(name.encode(), self.engine.get_function_address(name), _METH_FASTCALL, None)
+          self._method_defs.append(mdef)
+          # the builtin holds this program (its `self`), so the code and the method table outlive it
+          self.entries[name] = _new_builtin(ctypes.addressof(mdef), self, None)

@@ -2,15 +2,21 @@
 
 At compile time: schedule the tensor graph, build and linearize each kernel, render all kernels
 into one LLVM module and compile it, and plan every step (which buffers to allocate, which to free
-after their last use). At call time: check each input's layout, bind `data_ptr`s, launch kernels
-and fallback ops in order, and return the outputs. Intermediates and outputs are allocated by torch;
-outputs get the strides eager gives them (AOTAutograd compiles the backward for the saved tensors'
-eager layouts).
+after their last use). Intermediates that only kernels touch share one arena: each gets an offset,
+and two share bytes only if their lifetimes do not overlap; an arena up to ARENA_KEEP_BYTES is
+allocated once and kept (guarded by a lock), a bigger one once per call. At the first call the call
+path is generated as straight-line Python (`call_source`): check each input's dtype, shape and
+strides, allocate outputs, call each small kernel through its builtin launcher (runtime/cpu.py)
+with its buffers' addresses, bigger ones through runtime/threads.py, run fallback ops, return the
+outputs. Anything else (another layout, a storage offset guard, complex values, the arena in use by
+another thread) takes `_call_general`. Outputs are allocated by torch, never in the arena, with the
+strides eager gives them (AOTAutograd compiles the backward for the saved tensors' eager layouts).
 """
 from __future__ import annotations
 import math
 import re
 import sys
+import threading
 import time
 import torch
 from torch_uop.core.dtypes import to_torch
@@ -22,7 +28,7 @@ from torch_uop.core.codegen import build_kernel
 from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_llvm
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
-from torch_uop.runtime.cpu import CPUProgram
+from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported
 from torch_uop.runtime import threads
 from torch_uop import counters as _metrics
 
@@ -37,6 +43,19 @@ def _substitute(x, tensors):
   if isinstance(x, TensorRef): return tensors[x.index]
   if isinstance(x, (list, tuple)): return type(x)(_substitute(a, tensors) for a in x)
   return x
+
+
+# an arena up to this size is allocated once per graph and kept; a bigger one is allocated at each call
+ARENA_KEEP_BYTES = 16 << 20
+# kernels with less work than this (scalar operations, roughly) are called through a builtin launcher
+ENTRY_MAX_WORK = 1 << 17
+# alignment of each buffer in an arena (what torch's CPU allocator gives)
+ARENA_ALIGN = 64
+
+try:  # torch's C++ allocation fast path (the one Inductor's generated code calls)
+  from torch._C._dynamo.guards import _empty_strided_cpu as _empty_strided
+except ImportError:  # pragma: no cover
+  def _empty_strided(shape, strides, dtype): return torch.empty_strided(shape, strides, dtype=dtype)
 
 
 # lists that every new CompiledGraph is appended to (see torch_uop.debug.capture)
@@ -89,7 +108,10 @@ class CompiledGraph:
     self.program = None
     if kernels:
       with _Timer("llvm"):
-        self.program = CPUProgram(_merge_modules(sources), {k.name: len(k.buffers) for _, k in kernels}, opt_level)
+        # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
+        entries = {f"{k.name}_py": python_entry_ir(f"{k.name}_py", k.name, len(k.buffers), max(k.split_size, 1))
+                   for _, k in kernels if python_entries_supported() and _kernel_work(k) < ENTRY_MAX_WORK}
+        self.program = CPUProgram(_merge_modules(sources), {k.name: len(k.buffers) for _, k in kernels}, opt_level, entries)
       if self.program.cache_hit: _metrics.state()["cache_hits"] += 1
     _metrics.state()["kernels_compiled"] += len(kernels)
 
@@ -101,9 +123,9 @@ class CompiledGraph:
       if isinstance(item, KernelItem):
         info = self.buffers[item.out_slot]
         k = kernel_of[id(item)]
-        n_threads = threads.threads_for(k.split_size, _kernel_work(k))
         steps.append(("kernel", (fn_of[id(item)], k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
-                                 math.prod(info.shape) == 0, k.split_size, n_threads)))
+                                 math.prod(info.shape) == 0, k.split_size, threads.max_threads(k.split_size, _kernel_work(k)),
+                                 self.program.entries.get(f"{k.name}_py"))))
       else:
         steps.append(("fallback", item))
     self.steps = steps
@@ -123,6 +145,13 @@ class CompiledGraph:
     self.release = [[] for _ in steps]
     for s, i in last_use.items():
       if s not in keep and self.buffers[s].kind != "input": self.release[i].append(s)
+    self.arena_offsets, self.arena_bytes = _plan_arena(steps, self.buffers, keep, last_use)
+    self.peak_bytes_unplanned = _peak_bytes(steps, self.buffers, self.release, {})
+    self.peak_bytes = _peak_bytes(steps, self.buffers, self.release, self.arena_offsets) + self.arena_bytes
+    self.arena = None
+    self._arena_lock = threading.Lock()
+    self.call_source = None
+    self._run = self._first_call  # the call path is built at the first call (not under the compiler's fake tensor mode)
     for obs in _observers: obs.append(self)
 
   def _print_kernels(self, sched, sources):
@@ -158,22 +187,102 @@ class CompiledGraph:
     return t
 
   def __call__(self, *args):
-    # boxed convention (one list, which we may clear) or plain positional tensors: graph inputs are never lists
-    boxed = len(args) == 1 and isinstance(args[0], list)
-    if boxed: args = args[0]
+    # boxed convention (one list, which we clear) or plain positional tensors: graph inputs are never lists
+    if len(args) == 1 and type(args[0]) is list: return self._run(args[0])
+    return self._run(list(args))
+
+  def _first_call(self, args: list):
+    # the arena outlives calls when it is small: its addresses are then constants of the call path
+    if 0 < self.arena_bytes <= ARENA_KEEP_BYTES: self.arena = torch.empty(self.arena_bytes, dtype=torch.uint8)
+    self.call_source, self._run = self._build_call_path()
+    return self._run(args)
+
+  def _build_call_path(self):
+    """The call path as straight-line Python, generated once: check each input's dtype, shape and strides (any
+    surprise goes to `_call_general`), allocate the outputs and non-arena buffers, launch each kernel with its
+    buffers' addresses (arena buffers: constants, or offsets from this call's arena) and run fallbacks."""
+    if self.complex_outputs or any(spec is None or spec.is_complex for spec in self.inputs):
+      return None, self._call_general
+    env = {"general": self._call_general, "empty": _empty_strided, "launch": threads.launch, "M": _metrics,
+           "lock": self._arena_lock}
+    def const(value, prefix: str) -> str:
+      name = f"{prefix}{len(env)}"
+      env[name] = value
+      return name
+    lines = ["def run(args):", "  try:"]
+    conds = []
+    for i, spec in enumerate(self.inputs):
+      lines.append(f"    b{spec.slot} = args[{i}]")
+      conds.append(f"b{spec.slot}.dtype is {const(spec.dtype, 'D')} and b{spec.slot}.shape == {spec.shape!r} and "
+                   f"b{spec.slot}.stride() == {spec.strides!r} and b{spec.slot}.is_cpu")
+    for i, off in self.storage_offset_guards: conds.append(f"args[{i}].storage_offset() == {off}")
+    lines += [f"    if not ({' and '.join(conds) or 'True'}): return general(args)",
+              "  except (AttributeError, IndexError): return general(args)"]
+    body = []
+    arena = self.arena
+    if self.arena_offsets:
+      if arena is None:
+        body.append(f"arena = empty(({self.arena_bytes},), (1,), {const(torch.uint8, 'D')}); base = arena.data_ptr()")
+      else:
+        lines.append("  if not lock.acquire(False): return general(args)  # the kept arena is in use (another thread)")
+    # each buffer a kernel reads or writes gets its address once, as p<slot>: an int, an arena constant or an offset
+    kernel_slots = {s for kind, p in self.steps if kind == "kernel" for s in p[1]}
+    addresses = lambda slots: [f"p{s} = b{s}.data_ptr()" for s in slots if s in kernel_slots and s not in self.arena_offsets]
+    ptr = lambda s: (f"{arena.data_ptr() + self.arena_offsets[s]}" if arena is not None else f"base + {self.arena_offsets[s]}") \
+        if s in self.arena_offsets else f"p{s}"
+    body += addresses(spec.slot for spec in self.inputs)
+    for (kind, payload), release in zip(self.steps, self.release):
+      if kind == "kernel":
+        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry = payload
+        if out_slot not in self.arena_offsets:
+          body.append(f"b{out_slot} = empty({tuple(shape)!r}, {tuple(strides)!r}, {const(dtype, 'D')})")
+          body += addresses([out_slot])
+        if not empty:
+          args = ", ".join(ptr(s) for s in slots)
+          if max_threads > 1:
+            body.append(f"launch({const(fn, 'K')}, ({args},), {split_size}, {max_threads}, {const(entry, 'E')})")
+          elif entry is not None: body.append(f"{const(entry, 'E')}({args})")
+          else: body.append(f"{const(fn, 'K')}({args}, 0, {max(split_size, 1)})")
+      else:
+        results = "".join(f"b{s}, " for s in payload.out_slots.values())
+        body.append(f"{'(' + results + ') = ' if results else ''}{const(_fallback_fn(payload), 'F')}"
+                    f"({', '.join(f'b{s}' for s in payload.in_slots)})")
+        body += addresses(payload.out_slots.values())
+      if dead := [f"b{s}" for s in release if s not in self.arena_offsets]: body.append(f"del {', '.join(dead)}")
+    body.append(f"M._state['kernels_launched'] += {self.n_kernels}")
+    if self.n_fallbacks: body.append(f"M._state['fallback_steps_run'] += {self.n_fallbacks}")
+    if self.arena_offsets and arena is not None:
+      lines += ["  try:", *(f"    {l}" for l in body), "  finally: lock.release()"]
+    else:
+      lines += [f"  {l}" for l in body]
+    outs = []
+    for i, (kind, v, shape) in enumerate(self.outputs):
+      if kind == "tensor":
+        produced_by_kernel = any(k == "kernel" and p[2] == v for k, p in self.steps)
+        if produced_by_kernel and tuple(self.buffers[v].shape) == tuple(shape): outs.append(f"b{v}")
+        else: outs.append(f"(b{v}.view({tuple(shape)!r}) if b{v}.shape != {tuple(shape)!r} else b{v})")
+      elif kind == "input": outs.append(f"args[{v}]")
+      else: outs.append(const(v, "C"))
+    lines += [f"  outs = [{', '.join(outs)}]", "  args.clear()", "  return outs"]
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<torch_uop call path {id(self):x}>", "exec"), env)
+    return source, env["run"]
+
+  def _call_general(self, args: list):
+    """The call path for every case: layouts to copy, storage offsets to check, complex values, None tokens."""
     if self.storage_offset_guards and self.eager is not None and \
        any(args[i].storage_offset() != off for i, off in self.storage_offset_guards):
       _metrics._state["graph_calls_run_by_torch"] += 1
       outs = self.eager(list(args))
-      if boxed: args.clear()
+      args.clear()
       return outs
     bufs: dict = {}
     for spec, t in zip(self.inputs, args): bufs[spec.slot] = self._bind_input(spec, t)
     for (kind, payload), release in zip(self.steps, self.release):
       if kind == "kernel":
-        fn, slots, out_slot, shape, strides, dtype, empty, split_size, n_threads = payload
+        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry = payload
         bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype)
-        if not empty: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, n_threads)
+        if not empty: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry)
       else:
         self._run_fallback(payload, bufs)
       for s in release: del bufs[s]
@@ -186,10 +295,11 @@ class CompiledGraph:
       elif kind == "input": outs.append(args[v])
       else: outs.append(v)
     for i in self.complex_outputs: outs[i] = torch.view_as_complex(outs[i])
-    if boxed: args.clear()
+    args.clear()
     return outs
 
-  def _run_fallback(self, item: FallbackItem, bufs: dict):
+  @staticmethod
+  def _run_fallback(item: FallbackItem, bufs: dict):
     op = item.node.arg
     tensors = []
     for src, s in zip(item.node.src, item.in_slots):
@@ -200,6 +310,66 @@ class CompiledGraph:
     result = op.target(*_substitute(op.args, tensors), **{k: _substitute(v, tensors) for k, v in op.kwargs.items()})
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     for k, s in item.out_slots.items(): bufs[s] = (_as_real(results[k]) if k in op.complex_outputs else results[k]).contiguous()
+
+
+def _fallback_fn(item: FallbackItem):
+  """A fallback step as a function: its input tensors -> the tuple of the results the graph reads."""
+  def run(*inputs):
+    bufs = dict(zip(item.in_slots, inputs))
+    CompiledGraph._run_fallback(item, bufs)
+    return tuple(bufs[s] for s in item.out_slots.values())
+  return run
+
+
+def _nbytes(info) -> int:
+  """Bytes a buffer of this shape and strides spans."""
+  if any(n == 0 for n in info.shape): return 0
+  return (1 + sum((n - 1) * abs(st) for n, st in zip(info.shape, info.strides))) * to_torch(info.dtype).itemsize
+
+
+def _plan_arena(steps: list, buffers: dict, keep: set, last_use: dict) -> tuple[dict, int]:
+  """Offsets in one arena for the intermediates that only kernels touch (written by one kernel, read by later
+  kernels, not a graph output, not seen by a fallback op that might keep a view of it); two buffers share bytes only
+  if their lifetimes (first write to last read, both inclusive) do not overlap. Returns ({slot: offset}, arena size)."""
+  seen_by_fallback = {s for kind, p in steps if kind == "fallback" for s in p.in_slots}
+  lives = []
+  for i, (kind, p) in enumerate(steps):
+    if kind != "kernel": continue
+    slot = p[2]
+    size = _nbytes(buffers[slot])
+    if slot in keep or slot in seen_by_fallback or buffers[slot].kind == "input" or size == 0: continue
+    lives.append((size, i, last_use.get(slot, i), slot))
+  best = None
+  for order in (lambda x: (-x[0], x[1]), lambda x: (x[1], -x[0])):  # first fit, biggest first or earliest first
+    offsets, total = _first_fit(sorted(lives, key=order))
+    if best is None or total < best[1]: best = (offsets, total)
+  return best[0], -(-best[1] // ARENA_ALIGN) * ARENA_ALIGN
+
+
+def _first_fit(lives: list) -> tuple[dict, int]:
+  placed, offsets, total = [], {}, 0
+  for size, start, end, slot in lives:
+    busy = sorted((o, o + sz) for o, sz, s2, e2 in placed if s2 <= end and start <= e2)
+    offset = 0
+    for lo, hi in busy:  # the lowest gap that fits, among buffers alive at the same time
+      if offset + size <= lo: break
+      offset = max(offset, -(-hi // ARENA_ALIGN) * ARENA_ALIGN)
+    placed.append((offset, size, start, end))
+    offsets[slot] = offset
+    total = max(total, offset + size)
+  return offsets, total
+
+
+def _peak_bytes(steps: list, buffers: dict, release: list, in_arena: dict) -> int:
+  """The most bytes of buffers this graph allocates that are alive at once, outside the arena (an estimate: a
+  fallback's results are counted at their buffer's size)."""
+  live, peak = 0, 0
+  for (kind, p), dead in zip(steps, release):
+    made = [p[2]] if kind == "kernel" else list(p.out_slots.values())
+    live += sum(_nbytes(buffers[s]) for s in made if s not in in_arena)
+    peak = max(peak, live)
+    live -= sum(_nbytes(buffers[s]) for s in dead if s not in in_arena)
+  return peak
 
 
 def _as_real(t: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Run one kernel across CPU threads.
 
 Every kernel takes the bounds `[lo, hi)` of its thread-split loop (core/opt.py). `launch` cuts that
-loop into one chunk per thread torch may use (`torch.get_num_threads()`), runs the first chunk on
+loop into one chunk per thread torch may use (`torch.get_num_threads()`, read at each launch, so
+`torch.set_num_threads` takes effect on compiled graphs at once), runs the first chunk on
 the calling thread and the others on a persistent pool; ctypes releases the GIL for the call, so
 the chunks really run in parallel. Small kernels run whole on the calling thread: a handoff costs
 tens of microseconds.
@@ -26,15 +27,19 @@ def _get_pool(n: int) -> concurrent.futures.ThreadPoolExecutor:
   return _pool
 
 
-def threads_for(split_size: int, work: int) -> int:
-  """How many threads a kernel with this split-loop size and total work should use."""
+def max_threads(split_size: int, work: int) -> int:
+  """The most threads a kernel with this split-loop size and total work is worth, before torch's thread count."""
   if split_size < 2: return 1
-  return max(1, min(torch.get_num_threads(), split_size, work // MIN_WORK_PER_THREAD))
+  return max(1, min(split_size, work // MIN_WORK_PER_THREAD))
 
 
-def launch(fn, ptrs: list, split_size: int, n_threads: int) -> None:
+def launch(fn, ptrs, split_size: int, max_threads: int, entry=None) -> None:
+  """Run `fn` over `[0, split_size)` on min(max_threads, torch.get_num_threads()) threads, read at each call;
+  `entry` (optional) runs the whole loop on this thread through the kernel's builtin launcher."""
+  n_threads = min(max_threads, torch.get_num_threads())
   if n_threads <= 1:
-    fn(*ptrs, 0, max(split_size, 1))
+    if entry is not None: entry(*ptrs)
+    else: fn(*ptrs, 0, max(split_size, 1))
     return
   bounds = [split_size * i // n_threads for i in range(n_threads + 1)]
   pool = _get_pool(n_threads - 1)

@@ -1,0 +1,129 @@
+"""The executor's call path: the generated fast path and its fallback to the general one, the arena that
+intermediates share, builtin launchers, and the thread count read at each call."""
+import threading
+import pytest
+import torch
+import torch_uop
+from torch_uop.debug import capture
+from torch_uop.runtime import executor, threads
+
+
+def compiled(fn, *inputs):
+  torch._dynamo.reset()
+  with capture() as graphs:
+    f = torch.compile(fn, backend="uop")
+    f(*inputs)
+  return f, graphs
+
+
+def softmax_chain(x):  # reductions read back through broadcasts: several kernels with intermediates
+  y = torch.softmax(x * 2, -1)
+  return (torch.softmax(y.exp(), 0) * y).sum(0)
+
+
+def test_repeated_calls_match_eager_and_outputs_stay_intact():
+  x = torch.randn(32, 48)
+  f, graphs = compiled(softmax_chain, x)
+  g = graphs[-1]
+  assert g.arena_offsets and "E" in g.call_source  # intermediates in the arena, kernels through builtin launchers
+  first = f(x)
+  torch.testing.assert_close(first, softmax_chain(x))
+  kept = first.clone()
+  for _ in range(3):
+    other = torch.randn(32, 48)
+    torch.testing.assert_close(f(other), softmax_chain(other))
+  assert torch.equal(first, kept)  # the arena is reused, never an output handed out
+
+
+def test_arena_shares_bytes_only_between_disjoint_lifetimes():
+  x = torch.randn(16, 40)
+  fn = lambda x: ((x.exp().sum(1, keepdim=True) * x).sin().sum(0, keepdim=True) * x).cos().sum(1, keepdim=True) * x
+  _, graphs = compiled(fn, x)
+  g = graphs[-1]
+  live = {}
+  for i, (kind, p) in enumerate(g.steps):
+    for s in (p[1] if kind == "kernel" else p.in_slots):
+      live.setdefault(s, [i, i])[1] = i
+  placed = [(g.arena_offsets[s], executor._nbytes(g.buffers[s]), *live[s]) for s in g.arena_offsets]
+  assert len(placed) >= 2
+  for a, (o1, n1, s1, e1) in enumerate(placed):
+    assert o1 % executor.ARENA_ALIGN == 0 and o1 + n1 <= g.arena_bytes
+    for o2, n2, s2, e2 in placed[a + 1:]:
+      if s1 <= e2 and s2 <= e1: assert o1 + n1 <= o2 or o2 + n2 <= o1
+  assert g.arena_bytes < sum(n for _, n, _, _ in placed)  # some reuse happened
+
+
+def test_per_call_arena(monkeypatch):
+  monkeypatch.setattr(executor, "ARENA_KEEP_BYTES", 0)
+  x = torch.randn(32, 48)
+  f, graphs = compiled(softmax_chain, x)
+  assert graphs[-1].arena is None and "base + " in graphs[-1].call_source
+  for _ in range(2): torch.testing.assert_close(f(x), softmax_chain(x))
+
+
+def test_unexpected_layout_takes_the_general_path():
+  x = torch.randn(24, 24)
+  f, graphs = compiled(lambda x: x * 2 + 1, x)
+  t = torch.randn(24, 24).t()  # same shape, other strides: copied into the compiled layout
+  torch.testing.assert_close(graphs[-1]([t]), [t * 2 + 1])
+
+
+def test_calls_from_two_threads():
+  x = torch.randn(32, 48)
+  f, _ = compiled(softmax_chain, x)
+  inputs = [torch.randn(32, 48) for _ in range(8)]
+  results, errors = {}, []
+  def work(i):
+    try:
+      for _ in range(20): results[i] = f(inputs[i])
+    except Exception as e: errors.append(e)
+  ts = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+  for t in ts: t.start()
+  for t in ts: t.join()
+  assert not errors
+  for i, x in enumerate(inputs): torch.testing.assert_close(results[i], softmax_chain(x))
+
+
+def test_launch_follows_torch_thread_count():
+  calls = []
+  fn = lambda *a: calls.append(a[-2:])
+  before = torch.get_num_threads()
+  try:
+    torch.set_num_threads(1)
+    threads.launch(fn, [0], 100, 4)
+    assert calls == [(0, 100)]
+    calls.clear()
+    torch.set_num_threads(2)
+    threads.launch(fn, [0], 100, 4)
+    assert sorted(calls) == [(0, 50), (50, 100)]
+  finally:
+    torch.set_num_threads(before)
+  assert threads.max_threads(1, 1 << 30) == 1 and threads.max_threads(64, 10) == 1  # tiny kernels: one thread
+
+
+def test_big_kernel_correct_with_any_thread_count():
+  x = torch.randn(512, 1024)
+  f, graphs = compiled(lambda x: (x * 3).sin() + 1, x)
+  assert any(p[8] > 1 for k, p in graphs[-1].steps if k == "kernel")
+  before = torch.get_num_threads()
+  try:
+    for n in (1, 2):
+      torch.set_num_threads(n)
+      torch.testing.assert_close(f(x), (x * 3).sin() + 1)
+  finally:
+    torch.set_num_threads(before)
+
+
+def test_training_step_matches_eager():
+  torch.manual_seed(0)
+  model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+  ref = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+  ref.load_state_dict(model.state_dict())
+  torch._dynamo.reset()
+  step = torch.compile(lambda m, x: m(x).softmax(-1).square().sum(), backend="uop")
+  for _ in range(3):
+    x = torch.randn(8, 12)
+    step(model, x).backward()
+    (lambda m, x: m(x).softmax(-1).square().sum())(ref, x).backward()
+  for p, q in zip(model.parameters(), ref.parameters()): torch.testing.assert_close(p.grad, q.grad)
+  assert torch_uop.metrics()["kernels_launched"] > 0
