@@ -110,7 +110,13 @@ def peak_alloc_bytes(call) -> int:
   """The most bytes torch's CPU allocator held during one call, above what it held before."""
   from torch.profiler import profile, ProfilerActivity
   from torch._C._profiler import _EventType
-  with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: call()
+  saved = os.dup(2)  # kineto prints a line to stderr at each start and stop
+  try:
+    with open(os.devnull, "w") as null: os.dup2(null.fileno(), 2)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: call()
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
   allocs, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
   while stack:
     node = stack.pop()
@@ -326,6 +332,9 @@ def main(argv=None) -> int:
   if pct: print("  elementwise chain bandwidth, % of the best copy: " + ", ".join(f"{b} {p:.0f}%" for b, p in pct))
   for b, g in gm.items(): print(f"  geomean speedup over eager, {b}: {g['geomean']:.2f}x over {g['entries']} entries (all but {REFERENCE})")
   print(f"  whole run {total_s:.0f}s; load average at start {info['loadavg_at_start']}, at end {bm._loadavg()}")
+  if any(la and la[0] > 0.5 * (os.cpu_count() or 1) for la in (info["loadavg_at_start"], bm._loadavg())):
+    print("  WARNING: the machine was busy with other work during this run; torch's OpenMP threads (eager, Inductor) "
+          "stall on busy cores, so check the per-round medians in the JSON, or rerun on an idle machine (or with --threads 1).")
 
   out = args.out or os.path.join(bm.RESULTS_DIR, f"suite_{datetime.datetime.now():%Y%m%d_%H%M%S}.json")
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
