@@ -73,8 +73,10 @@ def make_case(name: str):
 # ----- one measurement -----
 
 def compile_for(backend: str, model: nn.Module) -> nn.Module:
+  """dynamic=False: entries that share a module class at other shapes (the GEMMs of bench_suite) each
+  get their own static-shape graph, not one dynamic-shape graph made at the second shape."""
   if backend == "eager": return model
-  return torch.compile(model, backend=backend)
+  return torch.compile(model, backend=backend, dynamic=False)
 
 
 def make_call(mode: str, model: nn.Module, x, y):

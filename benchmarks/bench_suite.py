@@ -330,6 +330,8 @@ def main(argv=None) -> int:
   print(f"  ok: outputs (and in train every parameter gradient) assert_close to eager (rtol {bm.RTOL}, atol {bm.ATOL}; GEMMs atol 1e-5*k)")
   pct = [(r["backend"], r["pct_of_copy"]) for r in rows if r["model"] == "chain" and "pct_of_copy" in r]
   if pct: print("  elementwise chain bandwidth, % of the best copy: " + ", ".join(f"{b} {p:.0f}%" for b, p in pct))
+  for r in rows:
+    if r.get("uop", {}).get("nodes_fallen_back"): print(f"  uop fallbacks {r['model']}/{r['mode']}: {r['uop']['nodes_fallen_back']}")
   for b, g in gm.items(): print(f"  geomean speedup over eager, {b}: {g['geomean']:.2f}x over {g['entries']} entries (all but {REFERENCE})")
   print(f"  whole run {total_s:.0f}s; load average at start {info['loadavg_at_start']}, at end {bm._loadavg()}")
   if any(la and la[0] > 0.5 * (os.cpu_count() or 1) for la in (info["loadavg_at_start"], bm._loadavg())):
