@@ -73,19 +73,23 @@ def make_case(name: str):
 # ----- one measurement -----
 
 def compile_for(backend: str, model: nn.Module) -> nn.Module:
+  """dynamic=False: entries that share a module class at other shapes (the GEMMs of bench_suite) each
+  get their own static-shape graph, not one dynamic-shape graph made at the second shape."""
   if backend == "eager": return model
-  return torch.compile(model, backend=backend)
+  return torch.compile(model, backend=backend, dynamic=False)
 
 
 def make_call(mode: str, model: nn.Module, x, y):
-  """The callable to time, returning (output, grads) for the correctness check."""
+  """The callable to time, returning (output, grads) for the correctness check. `x` is the input,
+  or a tuple of inputs."""
+  args = x if isinstance(x, tuple) else (x,)
   if mode == "infer":
     def call():
-      with torch.no_grad(): return model(x), None
+      with torch.no_grad(): return model(*args), None
   else:
     def call():
       for p in model.parameters(): p.grad = None
-      out = model(x)
+      out = model(*args)
       loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
       loss.backward()
       return loss.detach(), [p.grad for p in model.parameters()]
@@ -101,11 +105,11 @@ def timed_calls(call, n: int) -> list[float]:
   return times
 
 
-def first_call(name: str, mode: str, backend: str, reference) -> tuple[dict, object, object]:
-  """Build a fresh model, compile it with `backend` and make the first (cold) call.
-  Returns (row, the timed callable or None on error, the first call's (output, grads))."""
+def first_call(name: str, mode: str, backend: str, reference, build=None, tol=(RTOL, ATOL)) -> tuple[dict, object, object]:
+  """Build a fresh model (`build(name)`, default make_case), compile it with `backend` and make the
+  first (cold) call. Returns (row, the timed callable or None on error, the first call's (output, grads))."""
   torch_uop.reset_metrics()
-  model, x, y, _ = make_case(name)
+  model, x, y, _ = (build or make_case)(name)
   model.train(mode == "train")
   call = make_call(mode, compile_for(backend, model), x, y)
   row = {"model": name, "mode": mode, "backend": backend}
@@ -119,8 +123,9 @@ def first_call(name: str, mode: str, backend: str, reference) -> tuple[dict, obj
     return row, None, None
   if reference is not None:
     try:
-      torch.testing.assert_close(first[0], reference[0], rtol=RTOL, atol=ATOL)
-      for g, r in zip(first[1] or [], reference[1] or []): torch.testing.assert_close(g, r, rtol=RTOL, atol=ATOL)
+      rtol, atol = tol
+      torch.testing.assert_close(first[0], reference[0], rtol=rtol, atol=atol)
+      for g, r in zip(first[1] or [], reference[1] or []): torch.testing.assert_close(g, r, rtol=rtol, atol=atol)
       row["match"] = True
     except AssertionError as e:
       row["match"], row["mismatch"] = False, str(e).splitlines()[0:3]
@@ -132,12 +137,12 @@ def first_call(name: str, mode: str, backend: str, reference) -> tuple[dict, obj
   return row, call, first
 
 
-def prepare_case(name: str, mode: str, backends: list[str], warmup: int) -> tuple[list[dict], dict]:
+def prepare_case(name: str, mode: str, backends: list[str], warmup: int, build=None, tol=(RTOL, ATOL)) -> tuple[list[dict], dict]:
   """All backends for one (model, mode): the first calls (compile, correctness), eager first, then
   warmup calls. Returns the rows and {backend: timed callable}."""
   rows, calls, reference = [], {}, None
   for b in backends:
-    row, call, first = first_call(name, mode, b, reference)
+    row, call, first = first_call(name, mode, b, reference, build, tol)
     if b == "eager": reference = first
     rows.append(row)
     if call is not None: calls[b] = call

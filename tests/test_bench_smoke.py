@@ -1,0 +1,29 @@
+"""Smoke test of benchmarks/bench_suite.py: --quick on one tiny entry, without Inductor. Checks the
+JSON has every field and the outputs matched eager; no timing assertion (the machine is shared)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_suite_quick_copy(tmp_path):
+  pytest.importorskip("matplotlib", reason="the benchmark chart needs matplotlib: pip install torch_uop[bench]")
+  out = tmp_path / "suite.json"
+  p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "bench_suite.py"), "--quick", "--only", "copy",
+                      "--no-inductor", "--threads", "1", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+  d = json.loads(out.read_text())
+  assert (tmp_path / "suite.png").stat().st_size > 0
+  for key in ("machine", "entries", "rows", "geomean_speedup", "total_s"): assert key in d
+  rows = {r["backend"]: r for r in d["rows"]}
+  assert set(rows) == {"eager", "uop"}
+  for r in rows.values():
+    for key in ("ms", "peak_mb", "gb_s", "round_medians_ms"): assert key in r, (r["backend"], key)
+  u = rows["uop"]
+  assert u["match"] is True and u["speedup"] > 0
+  assert u["cold_compile_s"] is not None and u["warm_compile_s"] is not None
+  assert u["compile"]["warm"]["uop"]["cache_hits"] >= 1  # the second process found the first one's kernels on disk
