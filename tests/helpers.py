@@ -10,20 +10,30 @@ def _clone(x):
   return x
 
 
+def fresh_compiled(fn, options=None):
+  """torch.compile(fn, backend="uop") with Dynamo's caches and torch_uop's metrics cleared first."""
+  torch._dynamo.reset()
+  torch_uop.reset_metrics()
+  return torch.compile(fn, backend="uop", options=options or {})
+
+
+def assert_ran_natively() -> dict:
+  """Since the last reset, torch_uop compiled a graph and ran every node of it as generated kernels."""
+  m = torch_uop.metrics()
+  assert m["graphs_compiled"] >= 1, "torch_uop never saw a graph"
+  assert m["fallback_nodes_total"] == 0 and m["graphs_fallen_back"] == 0, f"fell back: {m['nodes_fallen_back']}"
+  return m
+
+
 def check_against_eager(fn, *inputs, rtol=None, atol=None, expect_native: bool = True, options=None, **kw):
   """Run fn eagerly and through torch.compile(backend="uop"); assert the outputs are close.
   With expect_native, also assert that no node fell back to ATen. Returns the metrics."""
   expected = fn(*_clone(inputs), **kw)
-  torch._dynamo.reset()
-  torch_uop.reset_metrics()
-  compiled = torch.compile(fn, backend="uop", options=options or {})
-  actual = compiled(*_clone(inputs), **kw)
+  actual = fresh_compiled(fn, options)(*_clone(inputs), **kw)
   torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+  if expect_native: return assert_ran_natively()
   m = torch_uop.metrics()
   assert m["graphs_compiled"] >= 1, "torch_uop never saw a graph"
-  if expect_native:
-    assert m["fallback_nodes_total"] == 0, f"fell back: {m['nodes_fallen_back']}"
-    assert m["graphs_fallen_back"] == 0
   return m
 
 

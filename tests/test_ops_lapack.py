@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch_uop
 from torch_uop.lowering.lapack import MAX_N
-from tests.helpers import check_against_eager, check_grads_against_eager
+from tests.helpers import check_against_eager, check_grads_against_eager, fresh_compiled, assert_ran_natively
 
 warnings.filterwarnings("ignore", message=".*deprecated.*")
 
@@ -20,17 +20,6 @@ def _rand(*shape, dtype=torch.float32, seed=0):
 def _spd(n, batch=(), dtype=torch.float32):
   a = _rand(*batch, n, n, dtype=dtype, seed=1)
   return a @ a.mT + n * torch.eye(n, dtype=dtype)
-
-
-def _compiled(fn):
-  torch._dynamo.reset()
-  torch_uop.reset_metrics()
-  return torch.compile(fn, backend="uop")
-
-
-def _assert_native():
-  m = torch_uop.metrics()
-  assert m["fallback_nodes_total"] == 0 and m["graphs_fallen_back"] == 0, m["nodes_fallen_back"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -68,9 +57,9 @@ def test_lu_solve(left, adjoint):
 def test_bad_pivots_raise_like_eager():
   lu = _rand(3, 3)
   for fn in (lambda lu, p: torch.lu_unpack(lu, p), lambda lu, p: torch.linalg.lu_solve(lu, p, torch.ones(3, 1))):
-    f = _compiled(fn)
+    f = fresh_compiled(fn)
     f(lu, torch.tensor([1, 2, 3], dtype=torch.int32))
-    _assert_native()
+    assert_ran_natively()
     for bad in ([0, 2, 3], [4, 2, 3]):
       p = torch.tensor(bad, dtype=torch.int32)
       with pytest.raises(RuntimeError) as eager_err: fn(lu, p)
@@ -96,9 +85,9 @@ def _raises_like_eager(fn, f, x):
 def test_singular_raises_like_eager():
   singular = torch.tensor([[1., 2], [2, 4]])
   for fn in (torch.linalg.inv, lambda a: torch.linalg.solve(a, torch.ones(2)), torch.linalg.lu_factor):
-    f = _compiled(fn)
+    f = fresh_compiled(fn)
     f(torch.eye(2) * 3)
-    _assert_native()
+    assert_ran_natively()
     _raises_like_eager(fn, f, singular)
     _raises_like_eager(fn, f, torch.stack([torch.eye(2), singular]))
 
@@ -123,9 +112,9 @@ def test_cholesky(upper):
   not_pd[0, 1, 1] = float("nan")
   check_against_eager(lambda s: torch.linalg.cholesky_ex(s, upper=upper), not_pd)   # info, and L as LAPACK leaves it
   for fn in (torch.linalg.cholesky, torch.cholesky):
-    f = _compiled(fn)
+    f = fresh_compiled(fn)
     f(s)
-    _assert_native()
+    assert_ran_natively()
     _raises_like_eager(fn, f, not_pd)
 
 
@@ -173,7 +162,7 @@ def test_ldl_factor_solve(dtype):
     ld, piv = torch.linalg.ldl_factor(x)
     check_against_eager(torch.linalg.ldl_solve, ld, piv, _rand(*x.shape[:-1], 2, dtype=dtype, seed=8))
   ld, piv = torch.linalg.ldl_factor(pairs)
-  f = _compiled(lambda piv: torch.linalg.ldl_solve(ld, piv, torch.ones(4, 1, dtype=dtype)))
+  f = fresh_compiled(lambda piv: torch.linalg.ldl_solve(ld, piv, torch.ones(4, 1, dtype=dtype)))
   f(piv)
-  _assert_native()
+  assert_ran_natively()
   _raises_like_eager(lambda piv: torch.linalg.ldl_solve(ld, piv, torch.ones(4, 1, dtype=dtype)), f, torch.tensor([1, 2, 5, 4], dtype=torch.int32))

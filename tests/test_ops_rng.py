@@ -13,34 +13,22 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_uop
-from helpers import check_against_eager
+from helpers import check_against_eager, fresh_compiled, assert_ran_natively
 
 N = 100_000
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
-def compiled(fn):
-  torch._dynamo.reset()
-  torch_uop.reset_metrics()
-  return torch.compile(fn, backend="uop")
-
-
-def assert_native():
-  m = torch_uop.metrics()
-  assert m["graphs_compiled"] >= 1
-  assert m["fallback_nodes_total"] == 0 and m["graphs_fallen_back"] == 0, m["nodes_fallen_back"]
-
-
 def run_checked(fn, *args):
   """Compiled fn(*args) twice under one seed and once more: reproducible, fresh on the next call, and
   eager's shapes and dtypes. Returns the first result."""
-  c = compiled(fn)
+  c = fresh_compiled(fn)
   torch.manual_seed(123)
   first = c(*args)
   torch.manual_seed(123)
   again = c(*args)
   later = c(*args)
-  assert_native()
+  assert_ran_natively()
   torch.manual_seed(123)
   expected = fn(*args)
   outs = first if isinstance(first, tuple) else (first,)
@@ -167,9 +155,9 @@ def test_dropout_scaling(dtype):
   kept = out != 0
   check_moments(kept.double(), 0.7, 0.21)
   torch.testing.assert_close(out[kept], (x[kept].double() / 0.7).to(dtype))
-  torch.testing.assert_close(compiled(lambda x: F.dropout(x, 0.3, training=False))(x), x)
-  assert float(compiled(lambda x: F.dropout(x, 1.0, training=True))(x).abs().sum()) == 0
-  assert_native()
+  torch.testing.assert_close(fresh_compiled(lambda x: F.dropout(x, 0.3, training=False))(x), x)
+  assert float(fresh_compiled(lambda x: F.dropout(x, 1.0, training=True))(x).abs().sum()) == 0
+  assert_ran_natively()
 
 
 def test_feature_and_alpha_dropout():
@@ -191,10 +179,10 @@ def test_dropout_training_backward():
   """Forward + backward in training mode: the gradient is zero exactly where the output was dropped,
   and 1/(1-p) times the upstream gradient elsewhere."""
   x = (torch.rand(256, 64) + 0.5).requires_grad_()
-  c = compiled(lambda x: F.dropout(x * 2, 0.25, training=True))
+  c = fresh_compiled(lambda x: F.dropout(x * 2, 0.25, training=True))
   out = c(x)
   (out * 3).sum().backward()
-  assert_native()
+  assert_ran_natively()
   dropped = out == 0
   assert 0.2 < float(dropped.double().mean()) < 0.3
   assert bool((x.grad[dropped] == 0).all())
@@ -206,9 +194,9 @@ def test_dropout_module_grads_native():
   torch.manual_seed(0)
   model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Dropout(0.5), torch.nn.Linear(32, 4)).train()
   x = torch.randn(64, 32, requires_grad=True)
-  c = compiled(model)
+  c = fresh_compiled(model)
   c(x).sum().backward()
-  assert_native()
+  assert_ran_natively()
   assert x.grad is not None and bool(torch.isfinite(x.grad).all())
 
 
@@ -226,8 +214,8 @@ def test_rrelu(dtype):
 
 def test_rrelu_nan():
   x = torch.tensor([float("nan"), -1.0, 2.0, 0.0])
-  out = compiled(lambda x: F.rrelu(x, training=True))(x)
-  assert_native()
+  out = fresh_compiled(lambda x: F.rrelu(x, training=True))(x)
+  assert_ran_natively()
   assert math.isnan(out[0]) and out[2] == 2 and out[3] == 0 and -1 / 3 - 1e-6 <= float(out[1]) <= -1 / 8 + 1e-6
 
 
@@ -246,10 +234,10 @@ def test_multinomial_with_replacement(dtype):
 
 def test_multinomial_without_replacement():
   probs = torch.tensor([1.0, 2.0, 0.0, 4.0, 8.0, 1.0])
-  c = compiled(lambda p: torch.multinomial(p.expand(4000, 6), 4, replacement=False))
+  c = fresh_compiled(lambda p: torch.multinomial(p.expand(4000, 6), 4, replacement=False))
   torch.manual_seed(0)
   s = c(probs)
-  assert_native()
+  assert_ran_natively()
   assert s.shape == (4000, 4)
   assert bool((s != 2).all()), "a zero-probability category was drawn"
   assert bool((s.sort(1).values.diff(dim=1) > 0).all()), "a category drawn twice in one row"
