@@ -11,7 +11,9 @@ reference. For every entry and backend it reports:
   directories compiles the entry after a tiny warm-up function has paid each compiler's one-time
   setup; first call minus a steady-state call;
 - warm compile time: the same in a second fresh process sharing the first one's (now filled) cache
-  directories, so only on-disk caches count;
+  directories, so only on-disk caches count; also the warm *backend* time, the seconds spent inside the
+  backend function Dynamo calls (AOTAutograd and the compiler, or their caches), without Dynamo's own
+  tracing, which is the same for every backend;
 - peak memory: the most bytes torch's CPU allocator held during one steady-state call above what was
   held before it (torch.profiler with profile_memory: outputs and intermediates, for every backend,
   since Inductor and torch_uop allocate through torch);
@@ -139,17 +141,34 @@ def child_main(name: str, mode: str, backend: str, quick: bool) -> int:
   torch_uop.reset_metrics()
   model, x, y, _, _ = entry_case(name, quick)
   model.train(mode == "train")
-  call = bm.make_call(mode, bm.compile_for(backend, model), x, y)
+  backend_fn, spent = timed_backend(backend)
+  call = bm.make_call(mode, torch.compile(model, backend=backend_fn, dynamic=False), x, y)
   t0 = time.perf_counter()
   call()
   first = time.perf_counter() - t0
   steady = statistics.median(bm.timed_calls(call, 3))
-  out = {"setup_s": setup_s, "first_call_s": first, "compile_s": max(first - steady, 0.0)}
+  out = {"setup_s": setup_s, "first_call_s": first, "compile_s": max(first - steady, 0.0), "backend_s": spent[0]}
   if backend == "uop":
     m = torch_uop.metrics()
-    out["uop"] = {k: m[k] for k in ("kernels_compiled", "cache_hits", "compile_time_s")}
+    out["uop"] = {k: m[k] for k in ("kernels_compiled", "cache_hits", "graph_cache_hits", "compile_time_s")}
   print("CHILD_RESULT " + json.dumps(out), flush=True)
   return 0
+
+
+def timed_backend(name: str):
+  """The registered backend `name` wrapped to add the seconds each call of it takes to `spent[0]`."""
+  import functools
+  from torch._dynamo.backends.registry import lookup_backend
+  fn, spent = lookup_backend(name), [0.0]
+
+  @functools.wraps(fn)
+  def timed(gm, example_inputs, **kwargs):
+    t0 = time.perf_counter()
+    try:
+      return fn(gm, example_inputs, **kwargs)
+    finally:
+      spent[0] += time.perf_counter() - t0
+  return timed, spent
 
 
 def run_child(name: str, mode: str, backend: str, args, cache: dict[str, str]) -> dict:
@@ -209,7 +228,7 @@ def fmt_table(rows: list[dict], backends: list[str]) -> str:
   by = {(r["model"], r["mode"], r["backend"]): r for r in rows}
   compiled = [b for b in backends if b != "eager"]
   head = ["entry", "mode", "eager ms", "eager peak MB"]
-  for b in compiled: head += [f"{b} ms", f"{b} x", f"{b} cold s", f"{b} warm s", f"{b} peak MB", f"{b} ok"]
+  for b in compiled: head += [f"{b} ms", f"{b} x", f"{b} cold s", f"{b} warm s", f"{b} warm be s", f"{b} peak MB", f"{b} ok"]
   head.append("throughput (eager / " + " / ".join(compiled) + ")")
   f = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"
   lines = []
@@ -219,7 +238,7 @@ def fmt_table(rows: list[dict], backends: list[str]) -> str:
     for b in compiled:
       r = by.get((entry, mode, b), {})
       cells += [f(r.get("ms")) if "ms" in r else "ERROR", f(r.get("speedup"), 2), f(r.get("cold_compile_s"), 2),
-                f(r.get("warm_compile_s"), 2), f(r.get("peak_mb"), 1), {True: "yes", False: "NO"}.get(r.get("match"), "-")]
+                f(r.get("warm_compile_s"), 2), f(r.get("warm_backend_s"), 3), f(r.get("peak_mb"), 1), {True: "yes", False: "NO"}.get(r.get("match"), "-")]
     tput = [by.get((entry, mode, b), {}) for b in backends]
     if any("gb_s" in r for r in tput): cells.append(" / ".join(f(r.get("gb_s"), 1) for r in tput) + " GB/s")
     elif any("gflop_s" in r for r in tput): cells.append(" / ".join(f(r.get("gflop_s"), 1) for r in tput) + " GFLOP/s")
@@ -296,7 +315,7 @@ def main(argv=None) -> int:
       if b == "eager": continue
       c = compiles[(name, mode, b)] = compile_times(name, mode, b, args)
       print(f"  {name:9s} {mode:5s} {b:8s} compile cold {c['cold'].get('compile_s', float('nan')):.2f}s "
-            f"warm {c['warm'].get('compile_s', float('nan')):.2f}s" + "".join(f"  {k}: {v['error']}" for k, v in c.items() if "error" in v), flush=True)
+            f"warm {c['warm'].get('compile_s', float('nan')):.2f}s (backend {c['warm'].get('backend_s', float('nan')):.3f}s)" + "".join(f"  {k}: {v['error']}" for k, v in c.items() if "error" in v), flush=True)
 
   # 2. in this process: first calls (correctness), then interleaved timing rounds over everything
   torch._dynamo.reset()
@@ -310,6 +329,7 @@ def main(argv=None) -> int:
       if c:
         r["compile"] = c
         r["cold_compile_s"], r["warm_compile_s"] = c["cold"].get("compile_s"), c["warm"].get("compile_s")
+        r["cold_backend_s"], r["warm_backend_s"] = c["cold"].get("backend_s"), c["warm"].get("backend_s")
     timed.append((rows_, calls))
     rows += rows_
   print(f"# timing: {rounds} rounds x {per_round} calls of every backend of every case", flush=True)
@@ -326,6 +346,7 @@ def main(argv=None) -> int:
   print("  ms: median of the best of the interleaved rounds; x: eager ms / backend ms (>1: faster);")
   print("  cold s / warm s: compile time (first call minus a steady call) in a fresh process with empty cache dirs /")
   print("  in a second fresh process with those dirs filled; each compiler's one-time setup paid before, on a tiny function;")
+  print("  warm be s: of the warm compile, the seconds inside the backend function (AOTAutograd + compiler, or their caches);")
   print("  peak MB: most bytes torch's CPU allocator held during one steady-state call above what it held before;")
   print(f"  ok: outputs (and in train every parameter gradient) assert_close to eager (rtol {bm.RTOL}, atol {bm.ATOL}; GEMMs atol 1e-5*k)")
   pct = [(r["backend"], r["pct_of_copy"]) for r in rows if r["model"] == "chain" and "pct_of_copy" in r]

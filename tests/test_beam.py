@@ -98,8 +98,10 @@ def _compile_matmul_with_beam():
   return m["kernels_searched"], m["search_cache_hits"]
 
 
-def test_second_process_skips_the_search(quick_search):
-  # one process searches and stores the winner; this one (another process) finds it
+def test_second_process_skips_the_search(quick_search, monkeypatch):
+  # one process searches and stores the winner; this one (another process) finds it. The graph cache would
+  # hand this process the whole compiled graph, never asking for the winner: off, to test the tuning cache
+  monkeypatch.setenv("TORCH_UOP_GRAPH_CACHE", "0")
   env = {**os.environ, "TORCH_UOP_CACHE_DIR": str(quick_search)}
   out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300,
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -2,8 +2,9 @@
 
 torch.compile(..., options={...}) keys: `debug` (int), `opt_level` (0-3, LLVM pipeline level),
 `device` ("cpu"), `fallback_whole_graph` (bool: run the FX graph eagerly, for bisecting), `beam` (int:
-width of the BEAM search over each kernel's opts, core/search.py; 0 = the heuristic).
-Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu, TORCH_UOP_BEAM=N; the
+width of the BEAM search over each kernel's opts, core/search.py; 0 = the heuristic), `graph_cache` (bool: reuse
+whole compiled graphs from the disk cache, runtime/graph_cache.py; default on).
+Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu, TORCH_UOP_BEAM=N, TORCH_UOP_GRAPH_CACHE=0; the
 kernel disk cache reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over
 environment variables.
 """
@@ -34,13 +35,15 @@ class Config:
   device: str = "cpu"
   fallback_whole_graph: bool = False
   beam: int = 0
+  graph_cache: bool = True
 
   @staticmethod
   def from_options(options: dict | None = None) -> Config:
     cfg = Config(debug=int(os.environ.get("TORCH_UOP_DEBUG", "0") or 0),
                  opt_level=int(os.environ.get("TORCH_UOP_OPT_LEVEL", "3") or 3),
                  device=os.environ.get("TORCH_UOP_DEVICE", "cpu"),
-                 beam=_coerce("TORCH_UOP_BEAM", os.environ.get("TORCH_UOP_BEAM", "0") or 0, int))
+                 beam=_coerce("TORCH_UOP_BEAM", os.environ.get("TORCH_UOP_BEAM", "0") or 0, int),
+                 graph_cache=_coerce("TORCH_UOP_GRAPH_CACHE", os.environ.get("TORCH_UOP_GRAPH_CACHE", "1"), bool))
     known = {f.name for f in fields(Config)}
     for k, v in (options or {}).items():
       if k not in known: raise ValueError(f"torch_uop: unknown option {k!r}; known options: {sorted(known)}")

@@ -9,12 +9,13 @@ _fresh = lambda: {
   "graphs_fallen_back": 0,       # graphs run whole by torch (e.g. symbolic sizes)
   "nodes_lowered": 0,            # ATen nodes translated to UOps
   "nodes_fallen_back": collections.Counter(),  # ATen op name -> nodes run by torch inside a compiled graph
-  "kernels_compiled": 0,
+  "kernels_compiled": 0,         # kernels in the graphs handed out, built or loaded from the graph cache
   "kernels_launched": 0,
   "fallback_steps_run": 0,
   "graph_calls_run_by_torch": 0,  # calls of a compiled graph that a run-time guard sent to torch (e.g. another storage offset)
   "compile_time_s": collections.Counter(),     # stage -> seconds
-  "cache_hits": 0,
+  "cache_hits": 0,               # kernel modules whose native object came from the disk cache (LLVM skipped)
+  "graph_cache_hits": 0,         # graphs whose whole plan came from the graph cache (no lowering, codegen or LLVM)
   "kernels_searched": 0,         # kernels whose opts a BEAM search chose (TORCH_UOP_BEAM)
   "search_cache_hits": 0,        # kernels whose BEAM winner came from the disk cache
 }

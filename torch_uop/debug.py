@@ -5,6 +5,7 @@ make_fx, without Dynamo or AOTAutograd, and compiles it; the returned `CompiledG
 `.kernels` (each with `.name`, `.ast` — the kernel UOp graph, print it with
 `torch_uop.core.uop.pretty` — and `.program`, the linear program) and `.sources` (LLVM IR per kernel).
 `capture()` records every graph compiled while it is active, e.g. by `torch.compile(backend="uop")`.
+`profile()` times every kernel and fallback step of every compiled graph called while it is active.
 
     with torch_uop.debug.capture() as graphs:
       torch.compile(fn, backend="uop")(x)
@@ -15,7 +16,7 @@ import contextlib
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["compile_graph", "capture"]
+__all__ = ["compile_graph", "capture", "profile", "format_profile"]
 
 
 def compile_graph(fn, *example_inputs, name: str = "graph", opt_level: int = 3, debug: int = 0):
@@ -48,3 +49,30 @@ def capture():
   executor._observers.append(graphs)
   try: yield graphs
   finally: executor._observers.remove(graphs)
+
+
+@contextlib.contextmanager
+def profile():
+  """Time each step (kernel or fallback) of compiled graphs called inside the block; yields a dict
+  "kernel name (output shape)" -> (calls, seconds), filled as calls happen. Calls take the executor's general
+  path while profiling, so the per-call overhead measured around them is not the usual one.
+
+      with torch_uop.debug.profile() as steps:
+        for _ in range(10): compiled(x)
+      print(torch_uop.debug.format_profile(steps))
+  """
+  from torch_uop.runtime import executor
+  if executor._profile is not None: raise RuntimeError("torch_uop.debug.profile() is already active")
+  steps: dict = {}
+  executor._profile = steps
+  try: yield steps
+  finally: executor._profile = None
+
+
+def format_profile(steps: dict, top: int = 30) -> str:
+  """A table of `profile()`'s result, the slowest steps first."""
+  total = sum(s for _, s in steps.values()) or 1.0
+  rows = sorted(steps.items(), key=lambda kv: -kv[1][1])[:top]
+  lines = [f"{'step':48s} {'calls':>6s} {'us/call':>9s} {'share':>6s}"]
+  lines += [f"{name[:48]:48s} {calls:6d} {1e6 * secs / calls:9.1f} {100 * secs / total:5.1f}%" for name, (calls, secs) in rows]
+  return "\n".join(lines)

@@ -52,18 +52,29 @@ def decomposition_table() -> dict:
   return table
 
 
-def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, kind: str = "graph"):
-  """One ATen FX graph -> a boxed callable running torch_uop kernels."""
+def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, kind: str = "graph", recorder=None):
+  """One ATen FX graph -> a boxed callable running torch_uop kernels (from the graph cache when it has them)."""
   from torch_uop.lowering.graph import lower_graph, WholeGraphFallback
   from torch_uop.runtime.executor import CompiledGraph
+  from torch_uop.runtime import graph_cache
   import torch_uop.lowering  # noqa: F401  fills the registry
   st = _metrics.state()
-  st["graphs_compiled"] += 1
   t0 = time.perf_counter()
+  key = graph_cache.aten_key(gm, example_inputs, config, kind) if _graph_cache_on(config) else None
+  entry = graph_cache.load(key)
+  if isinstance(entry, graph_cache.GraphEntry):
+    try:
+      compiled = _graph_from_entry(entry, config, kind, t0)
+      if recorder is not None: recorder.graph(kind, gm, entry)
+      return compiled
+    except Exception as e:  # e.g. an object another LLVM cannot load: compile instead
+      if config.debug >= 1: print(f"[torch_uop] graph cache entry unusable ({type(e).__name__}: {e}); compiling", file=sys.stderr)
+  st["graphs_compiled"] += 1
   try:
     if config.fallback_whole_graph: raise WholeGraphFallback("option fallback_whole_graph")
     lowered = lower_graph(gm, config.debug)
   except WholeGraphFallback as e:
+    if recorder is not None: recorder.graph(kind, gm, None)
     return _whole_graph_fallback(gm, str(e), config)
   st["compile_time_s"]["lowering"] += time.perf_counter() - t0
   st["nodes_lowered"] += lowered.nodes_lowered
@@ -73,15 +84,80 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
                              beam=config.beam)
   except Exception as e:  # a scheduling or compile bug must never break the user's program
     if config.debug >= 3: import traceback; traceback.print_exc()
+    if recorder is not None: recorder.graph(kind, gm, None)
     return _whole_graph_fallback(gm, f"compilation failed: {type(e).__name__}: {e}", config)
   if compiled.storage_offset_guards:
     from torch._functorch.aot_autograd import make_boxed_func
     compiled.eager = make_boxed_func(gm.forward)
+  entry = graph_cache.GraphEntry(compiled.plan, lowered.nodes_lowered, list(lowered.fallbacks)) if compiled.cacheable else None
+  if entry is not None and key is not None and not graph_cache.store(key, entry): entry = None
+  if recorder is not None: recorder.graph(kind, gm, entry)
   st["compile_time_s"]["total"] += time.perf_counter() - t0
   if config.debug >= 1:
     print(f"[torch_uop] compiled {kind} graph: {lowered.nodes_lowered} nodes lowered, {len(lowered.fallbacks)} fell back, "
           f"{compiled.n_kernels} kernels in {time.perf_counter() - t0:.3f}s", file=sys.stderr)
   return compiled
+
+
+def _graph_cache_on(config: Config) -> bool:
+  """The graph cache serves graphs unless it is off, the disk cache is off, or someone inspects kernels (debug >= 2,
+  torch_uop.debug.capture): a cached graph has no kernel ASTs or sources."""
+  from torch_uop.runtime import cache, executor
+  return config.graph_cache and cache.cache_dir() is not None and config.debug < 2 and not executor._observers \
+      and not config.fallback_whole_graph
+
+
+def _graph_from_entry(entry, config: Config, kind: str, t0: float):
+  """A CompiledGraph from a graph cache entry, counted in the metrics as its first compile was."""
+  from torch_uop.runtime.executor import CompiledGraph
+  compiled = CompiledGraph.from_plan(entry.plan, debug=config.debug)
+  st = _metrics.state()
+  st["graphs_compiled"] += 1
+  st["graph_cache_hits"] += 1
+  st["nodes_lowered"] += entry.nodes_lowered
+  for op in entry.fallbacks: st["nodes_fallen_back"][op] += 1
+  st["kernels_compiled"] += compiled.n_kernels
+  st["compile_time_s"]["graph_cache"] += time.perf_counter() - t0
+  st["compile_time_s"]["total"] += time.perf_counter() - t0
+  if config.debug >= 1:
+    print(f"[torch_uop] {kind} graph from the graph cache: {compiled.n_kernels} kernels in {time.perf_counter() - t0:.3f}s",
+          file=sys.stderr)
+  return compiled
+
+
+class _DynamoRecorder:
+  """Collects what AOTAutograd compiles for one Dynamo graph; stores a DynamoEntry once it is complete and simple."""
+
+  def __init__(self, key: str, n_inputs: int):
+    self.key, self.n_inputs = key, n_inputs
+    self.fields, self.graphs, self.failed = None, {}, False
+
+  def graph(self, kind: str, gm, entry) -> None:
+    try:
+      self._graph(kind, gm, entry)
+    except Exception:  # bookkeeping for a cache must never break a compile
+      self.failed = True
+
+  def _graph(self, kind: str, gm, entry) -> None:
+    from torch_uop.runtime import graph_cache
+    if self.failed: return
+    n_placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    if entry is None: self.failed = True; return
+    if kind in ("forward", "inference"):
+      from torch._guards import TracingContext
+      ctx = TracingContext.try_get()
+      meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+      n_outputs = len(next(n for n in gm.graph.nodes if n.op == "output").args[0])
+      self.fields = graph_cache.simple_bookkeeping(meta, kind == "forward", n_outputs) if meta is not None else None
+      if self.fields is None or n_placeholders != self.n_inputs: self.failed = True; return
+    elif self.fields is None or n_placeholders != self.fields["n_saved_vc"] + self.fields["n_saved_no_vc"] + \
+        sum(self.fields["outputs_requiring_grad"]):
+      self.failed = True; return
+    self.graphs[kind] = entry
+    if "inference" in self.graphs:
+      graph_cache.store(self.key, graph_cache.DynamoEntry(False, self.graphs["inference"], **self.fields))
+    elif "forward" in self.graphs and "backward" in self.graphs:
+      graph_cache.store(self.key, graph_cache.DynamoEntry(True, self.graphs["forward"], self.graphs["backward"], **self.fields))
 
 
 def _whole_graph_fallback(gm, reason: str, config: Config):
@@ -96,10 +172,22 @@ def _whole_graph_fallback(gm, reason: str, config: Config):
 
 def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
   """The torch.compile backend: `torch.compile(model, backend="uop", options={...})`."""
+  from torch_uop.runtime import graph_cache
   config = Config.from_options({**(options or {}), **kwargs})
-  fw = functools.partial(compile_fx_graph, config=config, kind="forward")
-  bw = functools.partial(compile_fx_graph, config=config, kind="backward")
-  inf = functools.partial(compile_fx_graph, config=config, kind="inference")
+  t0 = time.perf_counter()
+  key = graph_cache.dynamo_key(gm, example_inputs, config) if _graph_cache_on(config) else None
+  entry = graph_cache.load(key)
+  if isinstance(entry, graph_cache.DynamoEntry):
+    try:
+      fn = graph_cache.make_callable(entry, lambda g, kind: _graph_from_entry(g, config, kind, time.perf_counter()))
+      _metrics.state()["compile_time_s"]["dynamo_graph_cache"] += time.perf_counter() - t0
+      return fn
+    except Exception as e:
+      if config.debug >= 1: print(f"[torch_uop] graph cache entry unusable ({type(e).__name__}: {e}); compiling", file=sys.stderr)
+  recorder = _DynamoRecorder(key, len(example_inputs)) if key is not None else None
+  fw = functools.partial(compile_fx_graph, config=config, kind="forward", recorder=recorder)
+  bw = functools.partial(compile_fx_graph, config=config, kind="backward", recorder=recorder)
+  inf = functools.partial(compile_fx_graph, config=config, kind="inference", recorder=recorder)
   return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf,
                       decompositions=decomposition_table())(gm, example_inputs)
 

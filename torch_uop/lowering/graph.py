@@ -43,6 +43,20 @@ class FallbackOp:
 
   def __hash__(self): return id(self)
 
+  # an ATen op pickles as its name (the graph cache); anything else (a lowering's host step) as itself, if it can
+  def __getstate__(self):
+    state = dict(self.__dict__)
+    if isinstance(self.target, torch._ops.OpOverload):
+      t = self.target
+      state["target"] = ("aten_op", t.namespace, t._schema.name.split("::")[-1], t._overloadname)
+    return state
+
+  def __setstate__(self, state):
+    if isinstance(state["target"], tuple) and state["target"][:1] == ("aten_op",):
+      _, ns, name, overload = state["target"]
+      state["target"] = getattr(getattr(getattr(torch.ops, ns), name), overload)
+    self.__dict__.update(state)
+
 
 @dataclass(frozen=True)
 class TensorRef:

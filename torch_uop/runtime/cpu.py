@@ -34,10 +34,9 @@ def _init_llvm():
 
 def _target_machine():
   # a fresh one each time: the MCJIT engine takes ownership of the machine it is given
-  _init_llvm()
+  cpu, features, _ = target_id()
   target = llvm.Target.from_default_triple()
-  return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                      opt=3, reloc="default", codemodel="jitdefault")
+  return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default", codemodel="jitdefault")
 
 
 def optimize(mod, tm, level: int = 3):
@@ -80,25 +79,21 @@ def python_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int) ->
 
 
 class CPUProgram:
-  def __init__(self, source: str, signatures: dict[str, int], opt_level: int = 3, entries: dict[str, str] = None,
-               disk_cache: bool = True):
-    """`entries`: launcher name -> its `python_entry_ir`, compiled with the kernels into builtins (`self.entries`)."""
+  def __init__(self, source: str | None, signatures: dict[str, int], opt_level: int = 3, entries: dict[str, str] = None,
+               disk_cache: bool = True, object_code: bytes | None = None):
+    """`entries`: launcher name -> its `python_entry_ir`, compiled with the kernels into builtins (`self.entries`).
+    `object_code`: a native object this class made before (`self.object_code`, e.g. from the graph cache), loaded
+    without any LLVM IR; `source` and the entries' IR are then not needed (pass the entries' names)."""
     entries = entries or {}
-    if entries: source += "\n@torch_uop_long_as_ptr = global ptr null\n" + "\n".join(entries.values()) + "\n"
     with _lock:
-      tm = _target_machine()
-      cache_key = cache.key(source, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), str(opt_level),
-                            llvm.__name__ + getattr(llvm, "llvm_version_info", ("?",)).__repr__())
-      cached = cache.load(cache_key) if disk_cache else None
-      self.cache_hit = cached is not None
-      mod = llvm.parse_assembly(source)
-      mod.verify()
-      if opt_level and cached is None: optimize(mod, tm, opt_level)
-      self.engine = llvm.create_mcjit_compiler(mod, _target_machine())
-      # MCJIT asks the cache before generating code and reports what it generated
-      if disk_cache: self.engine.set_object_cache(lambda m, buf: cache.store(cache_key, buf), lambda m: cached)
-      self.engine.finalize_object()
-      self.optimized_ir = None if cached is not None else str(mod)
+      if object_code is not None:
+        self.cache_hit, self.optimized_ir = True, None
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        self.engine.finalize_object()
+        self.object_code = object_code
+      else:
+        self._compile(source, opt_level, entries, disk_cache)
       self.functions = {}
       for name, nargs in signatures.items():
         addr = self.engine.get_function_address(name)
@@ -113,3 +108,31 @@ class CPUProgram:
           self._method_defs.append(mdef)
           # the builtin holds this program (its `self`), so the code and the method table outlive it
           self.entries[name] = _new_builtin(ctypes.addressof(mdef), self, None)
+
+  def _compile(self, source: str, opt_level: int, entries: dict, disk_cache: bool) -> None:
+    if entries: source += "\n@torch_uop_long_as_ptr = global ptr null\n" + "\n".join(entries.values()) + "\n"
+    tm = _target_machine()
+    cache_key = cache.key(source, *target_id(), str(opt_level))
+    cached = cache.load(cache_key) if disk_cache else None
+    self.cache_hit = cached is not None
+    mod = llvm.parse_assembly(source)
+    mod.verify()
+    if opt_level and cached is None: optimize(mod, tm, opt_level)
+    self.engine = llvm.create_mcjit_compiler(mod, _target_machine())
+    self.object_code = cached
+
+    def generated(_mod, buf):  # MCJIT reports the object it generated: kept, and stored on disk
+      self.object_code = bytes(buf)
+      if disk_cache: cache.store(cache_key, self.object_code)
+    # MCJIT asks the cache before generating code and reports what it generated
+    self.engine.set_object_cache(generated, lambda _mod: cached)
+    self.engine.finalize_object()
+    self.optimized_ir = None if cached is not None else str(mod)
+
+
+@functools.cache
+def target_id() -> tuple[str, str, str]:
+  """What native code depends on besides its IR: the host CPU, its features and the LLVM version."""
+  _init_llvm()
+  return (llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
+          llvm.__name__ + repr(getattr(llvm, "llvm_version_info", ("?",))))

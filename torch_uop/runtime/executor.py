@@ -14,7 +14,9 @@ strides eager gives them (AOTAutograd compiles the backward for the saved tensor
 """
 from __future__ import annotations
 import math
+import pickle
 import re
+from dataclasses import dataclass
 import sys
 import threading
 import time
@@ -57,6 +59,48 @@ try:  # torch's C++ allocation fast path (the one Inductor's generated code call
 except ImportError:  # pragma: no cover
   def _empty_strided(shape, strides, dtype): return torch.empty_strided(shape, strides, dtype=dtype)
 
+
+@dataclass
+class KernelStep:
+  name: str          # the kernel's function in the program
+  slots: list        # buffer slots it takes, output first
+  out_slot: int
+  shape: tuple
+  strides: tuple
+  dtype: torch.dtype
+  empty: bool        # the output has no elements: nothing to launch
+  split_size: int    # trip count of its thread-split loop
+  work: int          # scalar operations per call, roughly (_kernel_work)
+  entry: str | None  # its builtin launcher, for small kernels
+
+
+@dataclass
+class FallbackStep:
+  op: object         # lowering.graph.FallbackOp
+  src_shapes: list   # the shape each tensor input had in the graph
+  in_slots: list
+  out_slots: dict    # result index of the op -> slot, only for results the graph reads
+
+
+@dataclass
+class GraphPlan:
+  """Everything a CompiledGraph needs to run, without the IR: what `save_plan` pickles for the graph cache."""
+  inputs: list
+  storage_offset_guards: list
+  buffers: dict
+  steps: list              # ("kernel", KernelStep) | ("fallback", FallbackStep)
+  outputs: list            # ("tensor", slot, shape) | ("input", index, None) | ("value", v, None)
+  complex_outputs: set
+  release: list            # per step: slots dead after it
+  arena_offsets: dict
+  arena_bytes: int
+  signatures: dict         # kernel name -> number of buffers
+  object_code: bytes | None
+  peak_bytes: tuple        # (planned, unplanned)
+
+
+# step name -> (calls, seconds) while torch_uop.debug.profile() is active, else None
+_profile: dict | None = None
 
 # lists that every new CompiledGraph is appended to (see torch_uop.debug.capture)
 _observers: list[list] = []
@@ -105,49 +149,88 @@ class CompiledGraph:
     self.kernels = [k for _, k in kernels]
     self.sources = sources
     if debug >= 2: self._print_kernels(sched, sources)
-    self.program = None
+    signatures = {k.name: len(k.buffers) for _, k in kernels}
+    program = None
     if kernels:
       with _Timer("llvm"):
         # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
         entries = {f"{k.name}_py": python_entry_ir(f"{k.name}_py", k.name, len(k.buffers), max(k.split_size, 1))
                    for _, k in kernels if python_entries_supported() and _kernel_work(k) < ENTRY_MAX_WORK}
-        self.program = CPUProgram(_merge_modules(sources), {k.name: len(k.buffers) for _, k in kernels}, opt_level, entries)
-      if self.program.cache_hit: _metrics.state()["cache_hits"] += 1
+        program = CPUProgram(_merge_modules(sources), signatures, opt_level, entries)
+      if program.cache_hit: _metrics.state()["cache_hits"] += 1
     _metrics.state()["kernels_compiled"] += len(kernels)
 
-    # plan the steps: (kind, payload) with buffer lifetimes
-    fn_of = {id(item): self.program.functions[k.name] for item, k in kernels}
+    # plan the steps: ("kernel", KernelStep) | ("fallback", FallbackStep), with buffer lifetimes
     kernel_of = {id(item): k for item, k in kernels}
     steps = []
     for item in sched.items:
       if isinstance(item, KernelItem):
         info = self.buffers[item.out_slot]
         k = kernel_of[id(item)]
-        steps.append(("kernel", (fn_of[id(item)], k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
-                                 math.prod(info.shape) == 0, k.split_size, threads.max_threads(k.split_size, _kernel_work(k)),
-                                 self.program.entries.get(f"{k.name}_py"))))
+        steps.append(("kernel", KernelStep(k.name, k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
+                                           math.prod(info.shape) == 0, k.split_size, _kernel_work(k),
+                                           f"{k.name}_py" if program is not None and f"{k.name}_py" in program.entries else None)))
       else:
-        steps.append(("fallback", item))
-    self.steps = steps
-    self.n_kernels = len(kernels)
+        steps.append(("fallback", FallbackStep(item.node.arg, [src.shape for src in item.node.src], item.in_slots, item.out_slots)))
     self.n_fallbacks = sum(1 for s in steps if s[0] == "fallback")
-    self.outputs = []
+    outputs_plan = []
     for kind, v in outputs:
-      self.outputs.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, v.shape if kind == "tensor" else None))
+      outputs_plan.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, v.shape if kind == "tensor" else None))
     # complex outputs are computed as their view_as_real and handed out through view_as_complex
-    self.complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and self.outputs[i][0] == "tensor"}
+    complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and outputs_plan[i][0] == "tensor"}
     # free each intermediate after its last use
-    keep = {slot for kind, slot, _ in self.outputs if kind == "tensor"}
+    keep = {slot for kind, slot, _ in outputs_plan if kind == "tensor"}
     last_use: dict = {}
-    for i, (kind, payload) in enumerate(steps):
-      used = payload[1] if kind == "kernel" else payload.in_slots + list(payload.out_slots.values())
-      for s in used: last_use[s] = i
-    self.release = [[] for _ in steps]
+    for i, (kind, step) in enumerate(steps):
+      for s in step.slots if kind == "kernel" else step.in_slots + list(step.out_slots.values()): last_use[s] = i
+    release = [[] for _ in steps]
     for s, i in last_use.items():
-      if s not in keep and self.buffers[s].kind != "input": self.release[i].append(s)
-    self.arena_offsets, self.arena_bytes = _plan_arena(steps, self.buffers, keep, last_use)
-    self.peak_bytes_unplanned = _peak_bytes(steps, self.buffers, self.release, {})
-    self.peak_bytes = _peak_bytes(steps, self.buffers, self.release, self.arena_offsets) + self.arena_bytes
+      if s not in keep and self.buffers[s].kind != "input": release[i].append(s)
+    arena_offsets, arena_bytes = _plan_arena(steps, self.buffers, keep, last_use)
+    self.peak_bytes_unplanned = _peak_bytes(steps, self.buffers, release, {})
+    self.peak_bytes = _peak_bytes(steps, self.buffers, release, arena_offsets) + arena_bytes
+    self.plan = GraphPlan(self.inputs, self.storage_offset_guards, self.buffers, steps, outputs_plan, complex_outputs,
+                          release, arena_offsets, arena_bytes, signatures, program.object_code if program else None,
+                          (self.peak_bytes, self.peak_bytes_unplanned))
+    self._link(program)
+
+  @classmethod
+  def from_plan(cls, plan: "GraphPlan", debug: int = 0) -> "CompiledGraph":
+    """A graph from a plan `save_plan` wrote (the graph cache): no lowering, scheduling, codegen or LLVM."""
+    self = cls.__new__(cls)
+    self._boxed_call = True
+    self.debug, self.plan, self.eager = debug, plan, None
+    self.inputs, self.storage_offset_guards, self.buffers = plan.inputs, plan.storage_offset_guards, plan.buffers
+    self.peak_bytes, self.peak_bytes_unplanned = plan.peak_bytes
+    self.kernels, self.sources = [], []  # not kept in a plan; compile with the cache off to inspect them
+    self.n_fallbacks = sum(1 for s in plan.steps if s[0] == "fallback")
+    program = None
+    if plan.object_code is not None:
+      entries = {s.entry: None for kind, s in plan.steps if kind == "kernel" and s.entry is not None}
+      program = CPUProgram(None, plan.signatures, entries=entries, object_code=plan.object_code)
+    self._link(program)
+    return self
+
+  @property
+  def cacheable(self) -> bool:
+    """Whether `plan` can stand for this graph in another process: a storage offset guard needs the FX graph."""
+    return not self.storage_offset_guards and (self.plan.object_code is not None or not self.plan.signatures)
+
+  def _link(self, program) -> None:
+    """Bind the plan's kernel steps to `program`'s functions and launchers."""
+    plan = self.plan
+    self.program = program
+    self.steps = []
+    for kind, step in plan.steps:
+      if kind == "kernel":
+        self.steps.append((kind, (program.functions[step.name], step.slots, step.out_slot, step.shape, step.strides,
+                                  step.dtype, step.empty, step.split_size, threads.max_threads(step.split_size, step.work),
+                                  program.entries.get(step.entry) if step.entry else None)))
+      else:
+        self.steps.append((kind, step))
+    self.n_kernels = len(plan.signatures)
+    self.outputs, self.complex_outputs, self.release = plan.outputs, plan.complex_outputs, plan.release
+    self.arena_offsets, self.arena_bytes = plan.arena_offsets, plan.arena_bytes
     self.arena = None
     self._arena_lock = threading.Lock()
     self.call_source = None
@@ -188,8 +271,9 @@ class CompiledGraph:
 
   def __call__(self, *args):
     # boxed convention (one list, which we clear) or plain positional tensors: graph inputs are never lists
-    if len(args) == 1 and type(args[0]) is list: return self._run(args[0])
-    return self._run(list(args))
+    args = args[0] if len(args) == 1 and type(args[0]) is list else list(args)
+    if _profile is not None: return self._call_general(args)  # timed step by step (torch_uop.debug.profile)
+    return self._run(args)
 
   def _first_call(self, args: list):
     # the arena outlives calls when it is small: its addresses are then constants of the call path
@@ -278,13 +362,20 @@ class CompiledGraph:
       return outs
     bufs: dict = {}
     for spec, t in zip(self.inputs, args): bufs[spec.slot] = self._bind_input(spec, t)
-    for (kind, payload), release in zip(self.steps, self.release):
+    prof = _profile
+    for i, ((kind, payload), release) in enumerate(zip(self.steps, self.release)):
+      if prof is not None: t0 = time.perf_counter()
       if kind == "kernel":
         fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry = payload
         bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype)
         if not empty: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry)
       else:
         self._run_fallback(payload, bufs)
+      if prof is not None:
+        step = self.plan.steps[i][1]
+        name = f"{step.name} {tuple(step.shape)}" if kind == "kernel" else f"fallback {step.op.name}"
+        calls, secs = prof.get(name, (0, 0.0))
+        prof[name] = (calls + 1, secs + time.perf_counter() - t0)
       for s in release: del bufs[s]
     st = _metrics._state
     st["kernels_launched"] += self.n_kernels
@@ -299,20 +390,20 @@ class CompiledGraph:
     return outs
 
   @staticmethod
-  def _run_fallback(item: FallbackItem, bufs: dict):
-    op = item.node.arg
+  def _run_fallback(item: FallbackStep, bufs: dict):
+    op = item.op
     tensors = []
-    for src, s in zip(item.node.src, item.in_slots):
+    for shape, s in zip(item.src_shapes, item.in_slots):
       t = bufs[s]
       # a realized node or a flat buffer: give the op the shape its graph node had
-      tensors.append(t.reshape(src.shape) if tuple(t.shape) != src.shape else t)
+      tensors.append(t.reshape(shape) if tuple(t.shape) != shape else t)
     for i in op.complex_inputs: tensors[i] = _as_complex(tensors[i])
     result = op.target(*_substitute(op.args, tensors), **{k: _substitute(v, tensors) for k, v in op.kwargs.items()})
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     for k, s in item.out_slots.items(): bufs[s] = (_as_real(results[k]) if k in op.complex_outputs else results[k]).contiguous()
 
 
-def _fallback_fn(item: FallbackItem):
+def _fallback_fn(item: FallbackStep):
   """A fallback step as a function: its input tensors -> the tuple of the results the graph reads."""
   def run(*inputs):
     bufs = dict(zip(item.in_slots, inputs))
@@ -335,7 +426,7 @@ def _plan_arena(steps: list, buffers: dict, keep: set, last_use: dict) -> tuple[
   lives = []
   for i, (kind, p) in enumerate(steps):
     if kind != "kernel": continue
-    slot = p[2]
+    slot = p.out_slot
     size = _nbytes(buffers[slot])
     if slot in keep or slot in seen_by_fallback or buffers[slot].kind == "input" or size == 0: continue
     lives.append((size, i, last_use.get(slot, i), slot))
@@ -365,7 +456,7 @@ def _peak_bytes(steps: list, buffers: dict, release: list, in_arena: dict) -> in
   fallback's results are counted at their buffer's size)."""
   live, peak = 0, 0
   for (kind, p), dead in zip(steps, release):
-    made = [p[2]] if kind == "kernel" else list(p.out_slots.values())
+    made = [p.out_slot] if kind == "kernel" else list(p.out_slots.values())
     live += sum(_nbytes(buffers[s]) for s in made if s not in in_arena)
     peak = max(peak, live)
     live -= sum(_nbytes(buffers[s]) for s in dead if s not in in_arena)
