@@ -1,5 +1,8 @@
 """The executor's call path: the generated fast path and its fallback to the general one, the arena that
 intermediates share, builtin launchers, and the thread count read at each call."""
+import os
+import subprocess
+import sys
 import threading
 import pytest
 import torch
@@ -112,6 +115,37 @@ def test_big_kernel_correct_with_any_thread_count():
       torch.testing.assert_close(f(x), (x * 3).sin() + 1)
   finally:
     torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("shape", [(512, 1024), (509, 1031)])
+def test_openmp_launcher_covers_the_split_loop(shape):
+  # every thread takes its slice of the split loop (sizes that do not divide evenly, more threads than cores)
+  from torch_uop.runtime.cpu import openmp_supported
+  x = torch.randn(shape)
+  f, graphs = compiled(lambda x: (x * 3).sin() + 1, x)
+  steps = [p for k, p in graphs[-1].steps if k == "kernel" and p[8] > 1]
+  assert steps
+  if openmp_supported(): assert all(p[10] is not None for p in steps), "threaded kernels launch through OpenMP"
+  before = torch.get_num_threads()
+  try:
+    for n in (1, 2, 3):
+      torch.set_num_threads(n)
+      torch.testing.assert_close(f(x), (x * 3).sin() + 1)
+  finally:
+    torch.set_num_threads(before)
+
+
+def test_openmp_can_be_turned_off():
+  script = ("import torch, torch_uop.debug as d\n"
+            "from torch_uop.runtime.cpu import openmp_supported\n"
+            "x = torch.randn(512, 1024)\n"
+            "with d.capture() as gs: out = torch.compile(lambda x: (x * 3).sin() + 1, backend='uop')(x)\n"
+            "torch.testing.assert_close(out, (x * 3).sin() + 1)\n"
+            "assert not openmp_supported() and all(p[10] is None for k, p in gs[-1].steps if k == 'kernel')\n"
+            "print('OK')\n")
+  env = {**os.environ, "TORCH_UOP_OPENMP": "0", "TORCH_UOP_CACHE": "0"}
+  p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+  assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-2000:]
 
 
 def test_training_step_matches_eager():

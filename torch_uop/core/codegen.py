@@ -237,11 +237,19 @@ def linearize(sink: UOp) -> list[UOp]:
 
 
 def _order_reduce_ranges(reduce_ranges: list, nodes: list, rcache: dict) -> list:
-  """Nest the reduce loops so the one that the fewest divisions and modulos read runs innermost (stable
-  otherwise): index math over a convolution's window then stays out of the loop over channels."""
+  """Nest the reduce loops so that the innermost one walks every load it moves contiguously (locality, and
+  SIMD along it), and otherwise so the one that the fewest divisions and modulos read runs innermost: index
+  math over a convolution's window then stays out of the loop over channels. Stable otherwise."""
+  from torch_uop.core.opt import stride_along
   divmods = [n for n in nodes if n.op in (Ops.IDIV, Ops.MOD) and n.dtype.is_int]
   cost = {r: sum(1 for n in divmods if r in rcache[n]) for r in reduce_ranges}
-  return sorted(reduce_ranges, key=lambda r: -cost[r])
+  loads = [n for n in nodes if n.op is Ops.LOAD]
+  all_ranges = [n for n in nodes if n.op is Ops.RANGE]
+
+  def unit_stride(r: UOp) -> bool:
+    moving = [ld for ld in loads if r in rcache[ld.src[1]]]
+    return bool(moving) and all(stride_along(ld.src[1], r, all_ranges) == 1 for ld in moving)
+  return sorted(reduce_ranges, key=lambda r: (unit_stride(r), -cost[r]))
 
 
 def _loop_membership(nodes: list) -> dict:

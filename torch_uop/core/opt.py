@@ -29,7 +29,12 @@ class KernelOpts:
 UPCAST_FACTOR = 4
 VECTOR_UPCAST = 16   # one AVX-512 register of float32 (two of AVX2)
 MAX_UPCAST_AXES = 2
-MIN_BLOCKED_REDUCE = 32
+MIN_BLOCKED_REDUCE = 8
+MIN_SIMD_REDUCE = 8
+
+
+def _trip_count(r: UOp) -> int:
+  return r.src[0].arg if r.src[0].op is Ops.CONST else 0
 
 
 def _substitute(u: UOp, mapping: dict, cache: dict) -> UOp:
@@ -76,7 +81,8 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
 
     # SIMD along the reduction when every load it moves is contiguous there (e.g. x @ w.T); otherwise
     # along an output axis that the loads and the store walk contiguously (e.g. x @ w), by upcasting it
-    if not any(contiguous_along(r, loads) for r in reduce_ranges):
+    # (a reduce loop shorter than a vector is not worth SIMD: a 3x3 convolution window)
+    if not any(contiguous_along(r, loads) and _trip_count(r) >= MIN_SIMD_REDUCE for r in reduce_ranges):
       for axis in sorted(ranges, reverse=True):
         size, r = out_shape[axis], ranges[axis]
         if size % VECTOR_UPCAST == 0 and contiguous_along(r, loads + stores) and \

@@ -59,7 +59,7 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   n, c, *sp = x.shape
   o, cg, *k = w.shape
   acc = compute_dtype(x.dtype)
-  x = x.cast(acc).pad([(0, 0), (0, 0)] + [(p, p) for p in padding])
+  x = _padded(x.cast(acc), padding)
   sp_pad = x.shape[2:]
   out_sp = tuple((s - d * (kk - 1) - 1) // st + 1 for s, d, kk, st in zip(sp_pad, dilation, k, stride))
   if any(s <= 0 for s in out_sp): raise Unsupported("empty convolution output")
@@ -71,6 +71,13 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   prod_ = win.expand(full) * wv.expand(full)
   axes = (3, *range(4 + nd, 4 + 2 * nd))
   return prod_.sum(axes, keepdim=False).reshape((n, o, *out_sp))
+
+
+def _padded(x: LT, padding) -> LT:
+  """x with its spatial dims zero-padded, written to its own buffer: the convolution then reads it through affine
+  indices with no bounds masks, which its kernel can vectorize (a pass over the input, against k^2*O reads)."""
+  if not any(padding): return x
+  return x.pad([(0, 0), (0, 0)] + [(p, p) for p in padding]).contiguous()
 
 
 def _zero_stuff(x: LT, stride) -> LT:
@@ -97,7 +104,8 @@ def conv_transpose(x: LT, w: LT, stride, padding, dilation, output_padding, grou
   for kk, d, p, op in zip(k, dilation, padding, output_padding):
     edge = d * (kk - 1) - p
     pads.append((edge, edge + op))
-  y = y.pad(pads)
+  # realized, like _padded: the zero-stuffing's div/mod and the padding's masks stay out of the convolution's loop
+  y = y.pad(pads).contiguous() if any(p != (0, 0) for p in pads) or any(st > 1 for st in stride) else y
   # weight [G, Cig, Cog, *k] -> [G, Cog, Cig, *k] flipped -> [G*Cog, Cig, *k]
   wt = w.reshape((groups, cig, cog, *k)).transpose(1, 2).flip(tuple(range(3, 3 + nd))).reshape((groups * cog, cig, *k))
   return conv(y, wt, (1,) * nd, (0,) * nd, dilation, groups)
@@ -119,7 +127,7 @@ def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, gr
   n, c, *_ = x.shape
   o = g.shape[1]
   cg, og = c // groups, o // groups
-  xp = x.pad([(0, 0), (0, 0)] + [(p, p) for p in padding])
+  xp = _padded(x, padding)
   out_sp = tuple(g.shape[2:])
   win = _windows(xp, groups, tuple(kernel), stride, dilation, out_sp).reshape((n, groups, 1, cg, *out_sp, *kernel))
   gv = g.reshape((n, groups, og, 1, *out_sp, *([1] * nd)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import sys
 import sysconfig
 import threading
@@ -78,6 +79,53 @@ def python_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int) ->
   return "\n".join(lines)
 
 
+_OPENMP_DECLS = ["declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
+                  "declare i32 @omp_get_num_threads()"]
+
+
+@functools.cache
+def openmp_supported() -> bool:
+  """Whether kernels can run across threads through torch's own OpenMP runtime (libgomp, already loaded by torch):
+  its pool is the one eager ops use, so our kernels neither pay a Python thread handoff nor compete with its
+  spinning workers for the cores. TORCH_UOP_OPENMP=0 turns it off (kernels then use runtime/threads.py's pool)."""
+  if os.environ.get("TORCH_UOP_OPENMP", "1") == "0" or not _ENTRIES_SUPPORTED: return False
+  _init_llvm()
+  try:
+    with open("/proc/self/maps") as f: paths = sorted({l.split()[-1] for l in f if l.rstrip().rsplit("/", 1)[-1].startswith("libgomp")})
+  except OSError:
+    return False
+  for path in paths:  # dlopen of a loaded library's path returns that library: no second runtime
+    try: llvm.load_library_permanently(path)
+    except RuntimeError: pass
+  return all(llvm.address_of_symbol(s) for s in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads"))
+
+
+def parallel_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int) -> str:
+  """LLVM IR of `entry(*addresses, n_threads)`, a METH_FASTCALL builtin that runs `kernel` over [0, split_size)
+  on n_threads OpenMP threads (GOMP_parallel; the caller is thread 0), each taking an equal slice of the split
+  loop. Holds the GIL throughout, like `python_entry_ir`. Needs `openmp_supported()`."""
+  n = n_buffers
+  lines = [f"define internal void @{entry}.omp(ptr %data) {{", "entry:",
+           "  %tid32 = call i32 @omp_get_thread_num()", "  %nt32 = call i32 @omp_get_num_threads()",
+           "  %tid = sext i32 %tid32 to i64", "  %nt = sext i32 %nt32 to i64", "  %tid1 = add i64 %tid, 1",
+           f"  %lo.m = mul i64 %tid, {split_size}", "  %lo = sdiv i64 %lo.m, %nt",
+           f"  %hi.m = mul i64 %tid1, {split_size}", "  %hi = sdiv i64 %hi.m, %nt"]
+  for i in range(n):
+    lines += [f"  %b{i}.slot = getelementptr ptr, ptr %data, i64 {i}", f"  %b{i} = load ptr, ptr %b{i}.slot"]
+  lines += [f"  call void @{kernel}({''.join(f'ptr %b{i}, ' for i in range(n))}i64 %lo, i64 %hi)", "  ret void", "}"]
+  lines += [f"define ptr @{entry}(ptr %self, ptr %args, i64 %nargs) {{", "entry:",
+            "  %as_ptr = load ptr, ptr @torch_uop_long_as_ptr", f"  %data = alloca [{max(n, 1)} x ptr]"]
+  for i in range(n + 1):
+    lines += [f"  %a{i}.slot = getelementptr ptr, ptr %args, i64 {i}", f"  %a{i} = load ptr, ptr %a{i}.slot",
+              f"  %v{i} = call ptr %as_ptr(ptr %a{i})"]
+  for i in range(n):
+    lines += [f"  %d{i} = getelementptr ptr, ptr %data, i64 {i}", f"  store ptr %v{i}, ptr %d{i}"]
+  lines += [f"  %nt64 = ptrtoint ptr %v{n} to i64", "  %nt = trunc i64 %nt64 to i32",
+            f"  call void @GOMP_parallel(ptr @{entry}.omp, ptr %data, i32 %nt, i32 0)",
+            "  %rc = load i64, ptr %self", "  %rc1 = add i64 %rc, 1", "  store i64 %rc1, ptr %self", "  ret ptr %self", "}"]
+  return "\n".join(lines)
+
+
 class CPUProgram:
   def __init__(self, source: str | None, signatures: dict[str, int], opt_level: int = 3, entries: dict[str, str] = None,
                disk_cache: bool = True, object_code: bytes | None = None):
@@ -111,6 +159,7 @@ class CPUProgram:
 
   def _compile(self, source: str, opt_level: int, entries: dict, disk_cache: bool) -> None:
     if entries: source += "\n@torch_uop_long_as_ptr = global ptr null\n" + "\n".join(entries.values()) + "\n"
+    if any("@GOMP_parallel(" in e for e in entries.values()): source += "\n".join(_OPENMP_DECLS) + "\n"
     tm = _target_machine()
     cache_key = cache.key(source, *target_id(), str(opt_level))
     cached = cache.load(cache_key) if disk_cache else None

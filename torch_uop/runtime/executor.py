@@ -30,7 +30,7 @@ from torch_uop.core.codegen import build_kernel
 from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_llvm
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
-from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported
+from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported, parallel_entry_ir, openmp_supported
 from torch_uop.runtime import threads
 from torch_uop import counters as _metrics
 
@@ -72,6 +72,7 @@ class KernelStep:
   split_size: int    # trip count of its thread-split loop
   work: int          # scalar operations per call, roughly (_kernel_work)
   entry: str | None  # its builtin launcher, for small kernels
+  parallel_entry: str | None = None  # its OpenMP launcher, for kernels worth several threads
 
 
 @dataclass
@@ -156,6 +157,8 @@ class CompiledGraph:
         # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
         entries = {f"{k.name}_py": python_entry_ir(f"{k.name}_py", k.name, len(k.buffers), max(k.split_size, 1))
                    for _, k in kernels if python_entries_supported() and _kernel_work(k) < ENTRY_MAX_WORK}
+        entries.update({f"{k.name}_par": parallel_entry_ir(f"{k.name}_par", k.name, len(k.buffers), k.split_size)
+                        for _, k in kernels if threads.max_threads(k.split_size, _kernel_work(k)) > 1 and openmp_supported()})
         program = CPUProgram(_merge_modules(sources), signatures, opt_level, entries)
       if program.cache_hit: _metrics.state()["cache_hits"] += 1
     _metrics.state()["kernels_compiled"] += len(kernels)
@@ -169,7 +172,8 @@ class CompiledGraph:
         k = kernel_of[id(item)]
         steps.append(("kernel", KernelStep(k.name, k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
                                            math.prod(info.shape) == 0, k.split_size, _kernel_work(k),
-                                           f"{k.name}_py" if program is not None and f"{k.name}_py" in program.entries else None)))
+                                           f"{k.name}_py" if program is not None and f"{k.name}_py" in program.entries else None,
+                                           f"{k.name}_par" if program is not None and f"{k.name}_par" in program.entries else None)))
       else:
         steps.append(("fallback", FallbackStep(item.node.arg, [src.shape for src in item.node.src], item.in_slots, item.out_slots)))
     self.n_fallbacks = sum(1 for s in steps if s[0] == "fallback")
@@ -206,7 +210,9 @@ class CompiledGraph:
     self.n_fallbacks = sum(1 for s in plan.steps if s[0] == "fallback")
     program = None
     if plan.object_code is not None:
-      entries = {s.entry: None for kind, s in plan.steps if kind == "kernel" and s.entry is not None}
+      entries = {e: None for kind, s in plan.steps if kind == "kernel" for e in (s.entry, s.parallel_entry) if e is not None}
+      if any(kind == "kernel" and s.parallel_entry for kind, s in plan.steps) and not openmp_supported():
+        raise RuntimeError("this plan launches kernels through OpenMP, which this process cannot call")
       program = CPUProgram(None, plan.signatures, entries=entries, object_code=plan.object_code)
     self._link(program)
     return self
@@ -225,7 +231,8 @@ class CompiledGraph:
       if kind == "kernel":
         self.steps.append((kind, (program.functions[step.name], step.slots, step.out_slot, step.shape, step.strides,
                                   step.dtype, step.empty, step.split_size, threads.max_threads(step.split_size, step.work),
-                                  program.entries.get(step.entry) if step.entry else None)))
+                                  program.entries.get(step.entry) if step.entry else None,
+                                  program.entries.get(step.parallel_entry) if step.parallel_entry else None)))
       else:
         self.steps.append((kind, step))
     self.n_kernels = len(plan.signatures)
@@ -317,14 +324,15 @@ class CompiledGraph:
     body += addresses(spec.slot for spec in self.inputs)
     for (kind, payload), release in zip(self.steps, self.release):
       if kind == "kernel":
-        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry = payload
+        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry = payload
         if out_slot not in self.arena_offsets:
           body.append(f"b{out_slot} = empty({tuple(shape)!r}, {tuple(strides)!r}, {const(dtype, 'D')})")
           body += addresses([out_slot])
         if not empty:
           args = ", ".join(ptr(s) for s in slots)
           if max_threads > 1:
-            body.append(f"launch({const(fn, 'K')}, ({args},), {split_size}, {max_threads}, {const(entry, 'E')})")
+            body.append(f"launch({const(fn, 'K')}, ({args},), {split_size}, {max_threads}, {const(entry, 'E')}, "
+                        f"{const(par_entry, 'P')})")
           elif entry is not None: body.append(f"{const(entry, 'E')}({args})")
           else: body.append(f"{const(fn, 'K')}({args}, 0, {max(split_size, 1)})")
       else:
@@ -366,9 +374,9 @@ class CompiledGraph:
     for i, ((kind, payload), release) in enumerate(zip(self.steps, self.release)):
       if prof is not None: t0 = time.perf_counter()
       if kind == "kernel":
-        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry = payload
+        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry = payload
         bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype)
-        if not empty: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry)
+        if not empty: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry, par_entry)
       else:
         self._run_fallback(payload, bufs)
       if prof is not None:
