@@ -27,6 +27,7 @@ class KernelOpts:
 
 
 UPCAST_FACTOR = 4
+VECTOR_BLOCK_FACTOR = 8
 VECTOR_UPCAST = 16   # one AVX-512 register of float32 (two of AVX2)
 MAX_UPCAST_AXES = 2
 MIN_BLOCKED_REDUCE = 8
@@ -93,9 +94,11 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
     for axis in sorted(ranges, reverse=True):
       if len(upcast) == MAX_UPCAST_AXES: break
       size, r = out_shape[axis], ranges[axis]
-      if axis == vector_axis or size < UPCAST_FACTOR or size % UPCAST_FACTOR: continue
+      # next to a SIMD axis, a taller tile (8 rows of one vector each) keeps more accumulators in registers
+      factor = VECTOR_BLOCK_FACTOR if vector_axis is not None and size % VECTOR_BLOCK_FACTOR == 0 else UPCAST_FACTOR
+      if axis == vector_axis or size < factor or size % factor: continue
       if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and any(_depends_on(ld.src[1], r, cache) for ld in loads):
-        upcast.append((axis, UPCAST_FACTOR))
+        upcast.append((axis, factor))
   factors = dict(upcast)
   split = next((a for a in range(len(out_shape)) if out_shape[a] // factors.get(a, 1) >= 2), None)
   return KernelOpts(tuple(sorted(upcast)), split, vector_axis)
