@@ -95,3 +95,17 @@ def test_expensive_activation_feeding_matmul_is_computed_once():
 def test_cheap_prologue_still_fuses_into_matmul():
   """A scale on a matmul input is cheaper to recompute than to realize: one kernel."""
   assert kernels(lambda a, b: (a * 0.5) @ b, torch.randn(16, 8), torch.randn(8, 12)) == 1
+
+
+@pytest.mark.parametrize("fn, shape", [(lambda x: x.sum(), (1 << 13, 128)), (lambda x: x.abs().amax(), (1 << 13, 128)),
+                                       (lambda x: x.amin(dim=(0, 2)), (8, 8, 1 << 15)), (lambda x: (x * x).mean(), (1 << 20,)),
+                                       (lambda x: x.t().sum(1), (1 << 18, 8))],
+                         ids=["sum", "abs_amax", "amin_two_dims", "mean_of_squares", "transposed_rows"])
+def test_big_reduction_to_few_outputs_is_split_for_threads(fn, shape):
+  # 2^18 or more elements per result, at most 8 results: a first kernel of 64 partial results per output (threads share
+  # its output loop), then a small kernel over the partials
+  from torch_uop.debug import capture
+  with capture() as graphs:
+    assert kernels(fn, torch.randn(shape), rtol=1e-5, atol=1e-3) == 2
+  first = next(p for k, p in graphs[-1].steps if k == "kernel")
+  assert first[7] >= 2, "the partial-results kernel has a loop to split among threads"

@@ -14,6 +14,13 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import ShapeTracker
 
 
+# a reduction of at least SPLIT_REDUCE_MIN elements into fewer than SPLIT_REDUCE_MAX_OUTPUTS results is done in two
+# steps, so that its first step has outputs to share among threads (see LT._split_reduce)
+SPLIT_REDUCE_MIN = 1 << 18
+SPLIT_REDUCE_MAX_OUTPUTS = 16
+SPLIT_REDUCE_PARTS = 64
+
+
 def compute_dtype(dt: DType) -> DType:
   return dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
 
@@ -200,12 +207,25 @@ class LT:
   def reduce(self, op: Ops, axes, keepdim: bool = True) -> LT:
     requested = tuple(sorted({a % self.ndim for a in axes})) if self.ndim else ()
     real = tuple(a for a in requested if self.shape[a] != 1)
-    out = LT(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, real))) if real else self
+    out = (self._split_reduce(op, real) or LT(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, real)))) if real else self
     if self.numel() == 0 and real:  # reducing an empty tensor gives the identity
       from torch_uop.core.codegen import reduce_identity
       out = LT.full(out.shape, reduce_identity(op, self.dtype), self.dtype)
     if keepdim: return out
     return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in requested))
+
+  def _split_reduce(self, op: Ops, axes: tuple) -> LT | None:
+    """A big reduction with few outputs (x.sum()) as two: SPLIT_REDUCE_PARTS partial results per output, realized
+    by a kernel whose output loop threads can share, then a small reduction over them. None when not worth it."""
+    kept = [a for a in range(self.ndim) if a not in axes]
+    n_out, n_red = math.prod(self.shape[a] for a in kept), math.prod(self.shape[a] for a in axes)
+    parts = SPLIT_REDUCE_PARTS
+    if n_out >= SPLIT_REDUCE_MAX_OUTPUTS or n_red < SPLIT_REDUCE_MIN or n_red % parts or op not in (Ops.ADD, Ops.MAX, Ops.MIN):
+      return None
+    flat = self.permute((*kept, *axes)).reshape((n_out, parts, n_red // parts))
+    partial = LT(UOp(Ops.REDUCE_AXIS, self.dtype, (flat.uop,), (op, (2,))))          # [n_out, parts, 1]
+    total = LT(UOp(Ops.REDUCE_AXIS, self.dtype, (partial.uop,), (op, (1,))))       # [n_out, 1, 1]
+    return total.reshape(tuple(1 if a in axes else n for a, n in enumerate(self.shape)))
 
   def sum(self, axes, keepdim=True): return self.reduce(Ops.ADD, axes, keepdim)
   def max(self, axes, keepdim=True): return self.reduce(Ops.MAX, axes, keepdim)
