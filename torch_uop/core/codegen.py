@@ -167,11 +167,26 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
   return simplify(UOp(Ops.SINK, dtypes.void, tuple(stores))), ev
 
 
+def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:
+  """The AST with output loop `split_axis` marked as the thread-split loop (what _kernel_ast does for it)."""
+  if split_axis is None: return ast
+  cache: dict = {}
+  def visit(u: UOp) -> UOp:
+    if u not in cache:
+      if u.op is Ops.RANGE and u.arg == (split_axis, "global"): cache[u] = u.replace(arg=(split_axis, "split"))
+      else: cache[u] = u.replace(src=tuple(visit(x) for x in u.src)) if u.src else u
+    return cache[u]
+  return visit(ast)
+
+
 def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) -> Kernel:
+  ast = None
   if opts is None:
-    plain, _ = _kernel_ast(item, KernelOpts())
+    plain, plain_ev = _kernel_ast(item, KernelOpts())
     opts = heuristic_opts(item.root.shape, plain)
-  ast, ev = _kernel_ast(item, opts)
+    # without upcasts the kernel is the plain AST with its split loop relabeled: no second build
+    if not opts.upcast and opts.vector_axis is None: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
+  if ast is None: ast, ev = _kernel_ast(item, opts)
   ast = graph_rewrite(ast, transcendental)
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
   split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "split"), None)
