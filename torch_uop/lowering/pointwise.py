@@ -63,6 +63,17 @@ def mul(ctx, a, b):
   return elementwise(ctx, DEFAULT, lambda x, y: x * y, a, b)
 
 
+try:  # prims.fma is defined by Inductor's prims module, which Dynamo has imported by the time a graph compiles
+  import torch._inductor.inductor_prims  # noqa: F401
+
+  @register(torch.ops.prims.fma.default)
+  def fma(ctx, a, b, c):
+    """(a * b) + c, as the prim's eager implementation computes it (Adam's foreach updates in compiled graphs)."""
+    return elementwise(ctx, DEFAULT, lambda x, y, z: x * y + z, a, b, c)
+except (ImportError, AttributeError):  # pragma: no cover  another torch without the prim: it falls back
+  pass
+
+
 @register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div(ctx, a, b, rounding_mode=None):
   if rounding_mode is None: return elementwise(ctx, INT_TO_FLOAT, lambda x, y: x / y, a, b)
