@@ -108,8 +108,10 @@ def _check_targets(gm: torch.fx.GraphModule) -> None:
     if node.op == "call_function":
       t = node.target
       mod = getattr(t, "__module__", None) or ""
-      if not (mod.split(".")[0] == "torch" or t in vars(operator).values() or mod == "builtins" or
-              isinstance(t, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))):
+      if isinstance(t, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        # a user's custom op may change between processes; torch's own may not
+        if str(t).split(".")[0] not in ("aten", "prims"): raise _NotCacheable(f"a call to custom op {t}")
+      elif not (mod.split(".")[0] == "torch" or t in vars(operator).values() or mod == "builtins"):
         raise _NotCacheable(f"a call to {t!r}")
 
 
