@@ -118,3 +118,21 @@ def test_graph_cache_option_off():
   for _ in range(2):
     torch.testing.assert_close(fresh_compiled(fn, {"graph_cache": False})(x), fn(x))
     assert torch_uop.metrics()["graph_cache_hits"] == 0
+
+
+@torch.library.custom_op("torch_uop_test::scale_shift", mutates_args=())
+def _scale_shift(x: torch.Tensor) -> torch.Tensor:
+  return x * 2 + 1
+
+
+@_scale_shift.register_fake
+def _(x): return torch.empty_like(x)
+
+
+def test_custom_op_graphs_skip_the_dynamo_level():
+  # a user's op may change between processes, so its graph is not reused whole; it still compiles (and falls back)
+  fn = lambda x: _scale_shift(x.sin()).cos()
+  x = torch.randn(64)
+  def run(): torch.testing.assert_close(fresh_compiled(fn)(x), fn(x))
+  _, warm = _compile_twice(run)
+  assert "dynamo_graph_cache" not in warm["compile_time_s"]
