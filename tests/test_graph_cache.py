@@ -19,7 +19,7 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def _compile_twice(run):
-  """run(compiled_fn_maker) twice, each after a Dynamo reset; returns the metrics of both runs."""
+  """Call run() twice (it compiles through fresh_compiled, so after a Dynamo reset); returns each run's metrics."""
   metrics = []
   for _ in range(2):
     run()

@@ -17,7 +17,7 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten
 from torch_uop.core.symbolic import simplify
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, heuristic_opts
+from torch_uop.core.opt import KernelOpts, heuristic_opts, _substitute
 from torch_uop.core.transcendental import transcendental
 
 IDX = dtypes.index
@@ -169,14 +169,8 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
 
 def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:
   """The AST with output loop `split_axis` marked as the thread-split loop (what _kernel_ast does for it)."""
-  if split_axis is None: return ast
-  cache: dict = {}
-  def visit(u: UOp) -> UOp:
-    if u not in cache:
-      if u.op is Ops.RANGE and u.arg == (split_axis, "global"): cache[u] = u.replace(arg=(split_axis, "split"))
-      else: cache[u] = u.replace(src=tuple(visit(x) for x in u.src)) if u.src else u
-    return cache[u]
-  return visit(ast)
+  loops = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg == (split_axis, "global")]
+  return _substitute(ast, {r: r.replace(arg=(split_axis, "split")) for r in loops}, {}) if loops else ast
 
 
 def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) -> Kernel:

@@ -65,18 +65,25 @@ _LONG_AS_PTR = ctypes.cast(ctypes.pythonapi.PyLong_AsVoidPtr, ctypes.c_void_p).v
 def python_entries_supported() -> bool: return _ENTRIES_SUPPORTED
 
 
+def _fastcall_args(n_args: int) -> list[str]:
+  """IR lines that read a METH_FASTCALL builtin's first n_args arguments (Python ints) as %v0.. pointers."""
+  lines = ["  %as_ptr = load ptr, ptr @torch_uop_long_as_ptr"]
+  for i in range(n_args):
+    lines += [f"  %a{i}.slot = getelementptr ptr, ptr %args, i64 {i}", f"  %a{i} = load ptr, ptr %a{i}.slot",
+              f"  %v{i} = call ptr %as_ptr(ptr %a{i})"]
+  return lines
+
+
+# a builtin's result: a new reference to its `self` (the CPUProgram, an ordinary object)
+_RETURN_SELF = ["  %rc = load i64, ptr %self", "  %rc1 = add i64 %rc, 1", "  store i64 %rc1, ptr %self", "  ret ptr %self", "}"]
+
+
 def python_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int) -> str:
   """LLVM IR of `entry(*addresses)`, a METH_FASTCALL builtin that calls `kernel(addresses..., 0, split_size)`. It
   trusts its caller: one int per buffer, each a valid address; the kernel runs holding the GIL. Returns its `self`."""
-  lines = [f"define ptr @{entry}(ptr %self, ptr %args, i64 %nargs) {{", "entry:",
-           "  %as_ptr = load ptr, ptr @torch_uop_long_as_ptr"]
-  for i in range(n_buffers):
-    lines += [f"  %a{i}.slot = getelementptr ptr, ptr %args, i64 {i}", f"  %a{i} = load ptr, ptr %a{i}.slot",
-              f"  %b{i} = call ptr %as_ptr(ptr %a{i})"]
-  lines.append(f"  call void @{kernel}({''.join(f'ptr %b{i}, ' for i in range(n_buffers))}i64 0, i64 {split_size})")
-  # the result: a new reference to `self` (the CPUProgram, an ordinary object)
-  lines += ["  %rc = load i64, ptr %self", "  %rc1 = add i64 %rc, 1", "  store i64 %rc1, ptr %self", "  ret ptr %self", "}"]
-  return "\n".join(lines)
+  lines = [f"define ptr @{entry}(ptr %self, ptr %args, i64 %nargs) {{", "entry:", *_fastcall_args(n_buffers)]
+  lines.append(f"  call void @{kernel}({''.join(f'ptr %v{i}, ' for i in range(n_buffers))}i64 0, i64 {split_size})")
+  return "\n".join(lines + _RETURN_SELF)
 
 
 _OPENMP_DECLS = ["declare void @GOMP_parallel(ptr, ptr, i32, i32)", "declare i32 @omp_get_thread_num()",
@@ -113,23 +120,20 @@ def parallel_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int) 
   for i in range(n):
     lines += [f"  %b{i}.slot = getelementptr ptr, ptr %data, i64 {i}", f"  %b{i} = load ptr, ptr %b{i}.slot"]
   lines += [f"  call void @{kernel}({''.join(f'ptr %b{i}, ' for i in range(n))}i64 %lo, i64 %hi)", "  ret void", "}"]
-  lines += [f"define ptr @{entry}(ptr %self, ptr %args, i64 %nargs) {{", "entry:",
-            "  %as_ptr = load ptr, ptr @torch_uop_long_as_ptr", f"  %data = alloca [{max(n, 1)} x ptr]"]
-  for i in range(n + 1):
-    lines += [f"  %a{i}.slot = getelementptr ptr, ptr %args, i64 {i}", f"  %a{i} = load ptr, ptr %a{i}.slot",
-              f"  %v{i} = call ptr %as_ptr(ptr %a{i})"]
+  lines += [f"define ptr @{entry}(ptr %self, ptr %args, i64 %nargs) {{", "entry:", *_fastcall_args(n + 1),
+            f"  %data = alloca [{max(n, 1)} x ptr]"]
   for i in range(n):
     lines += [f"  %d{i} = getelementptr ptr, ptr %data, i64 {i}", f"  store ptr %v{i}, ptr %d{i}"]
   lines += [f"  %nt64 = ptrtoint ptr %v{n} to i64", "  %nt = trunc i64 %nt64 to i32",
-            f"  call void @GOMP_parallel(ptr @{entry}.omp, ptr %data, i32 %nt, i32 0)",
-            "  %rc = load i64, ptr %self", "  %rc1 = add i64 %rc, 1", "  store i64 %rc1, ptr %self", "  ret ptr %self", "}"]
-  return "\n".join(lines)
+            f"  call void @GOMP_parallel(ptr @{entry}.omp, ptr %data, i32 %nt, i32 0)"]
+  return "\n".join(lines + _RETURN_SELF)
 
 
 class CPUProgram:
   def __init__(self, source: str | None, signatures: dict[str, int], opt_level: int = 3, entries: dict[str, str] = None,
                disk_cache: bool = True, object_code: bytes | None = None):
-    """`entries`: launcher name -> its `python_entry_ir`, compiled with the kernels into builtins (`self.entries`).
+    """`entries`: launcher name -> its IR (`python_entry_ir`, `parallel_entry_ir`), compiled with the kernels into
+    builtins (`self.entries`).
     `object_code`: a native object this class made before (`self.object_code`, e.g. from the graph cache), loaded
     without any LLVM IR; `source` and the entries' IR are then not needed (pass the entries' names)."""
     entries = entries or {}

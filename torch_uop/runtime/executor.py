@@ -85,7 +85,7 @@ class FallbackStep:
 
 @dataclass
 class GraphPlan:
-  """Everything a CompiledGraph needs to run, without the IR: what `save_plan` pickles for the graph cache."""
+  """Everything a CompiledGraph needs to run, without the IR: what the graph cache (runtime/graph_cache.py) pickles."""
   inputs: list
   storage_offset_guards: list
   buffers: dict
@@ -151,14 +151,15 @@ class CompiledGraph:
     self.sources = sources
     if debug >= 2: self._print_kernels(sched, sources)
     signatures = {k.name: len(k.buffers) for _, k in kernels}
+    work = {k.name: _kernel_work(k) for _, k in kernels}
     program = None
     if kernels:
       with _Timer("llvm"):
         # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
         entries = {f"{k.name}_py": python_entry_ir(f"{k.name}_py", k.name, len(k.buffers), max(k.split_size, 1))
-                   for _, k in kernels if python_entries_supported() and _kernel_work(k) < ENTRY_MAX_WORK}
+                   for _, k in kernels if python_entries_supported() and work[k.name] < ENTRY_MAX_WORK}
         entries.update({f"{k.name}_par": parallel_entry_ir(f"{k.name}_par", k.name, len(k.buffers), k.split_size)
-                        for _, k in kernels if threads.max_threads(k.split_size, _kernel_work(k)) > 1 and openmp_supported()})
+                        for _, k in kernels if threads.max_threads(k.split_size, work[k.name]) > 1 and openmp_supported()})
         program = CPUProgram(_merge_modules(sources), signatures, opt_level, entries)
       if program.cache_hit: _metrics.state()["cache_hits"] += 1
     _metrics.state()["kernels_compiled"] += len(kernels)
@@ -171,7 +172,7 @@ class CompiledGraph:
         info = self.buffers[item.out_slot]
         k = kernel_of[id(item)]
         steps.append(("kernel", KernelStep(k.name, k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
-                                           math.prod(info.shape) == 0, k.split_size, _kernel_work(k),
+                                           math.prod(info.shape) == 0, k.split_size, work[k.name],
                                            f"{k.name}_py" if program is not None and f"{k.name}_py" in program.entries else None,
                                            f"{k.name}_par" if program is not None and f"{k.name}_par" in program.entries else None)))
       else:
@@ -200,7 +201,7 @@ class CompiledGraph:
 
   @classmethod
   def from_plan(cls, plan: "GraphPlan", debug: int = 0) -> "CompiledGraph":
-    """A graph from a plan `save_plan` wrote (the graph cache): no lowering, scheduling, codegen or LLVM."""
+    """A graph from a cached plan (runtime/graph_cache.py): no lowering, scheduling, codegen or LLVM."""
     self = cls.__new__(cls)
     self._boxed_call = True
     self.debug, self.plan, self.eager = debug, plan, None

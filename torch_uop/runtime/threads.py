@@ -2,10 +2,11 @@
 
 Every kernel takes the bounds `[lo, hi)` of its thread-split loop (core/opt.py). `launch` cuts that
 loop into one chunk per thread torch may use (`torch.get_num_threads()`, read at each launch, so
-`torch.set_num_threads` takes effect on compiled graphs at once), runs the first chunk on
-the calling thread and the others on a persistent pool; ctypes releases the GIL for the call, so
-the chunks really run in parallel. Small kernels run whole on the calling thread: a handoff costs
-tens of microseconds.
+`torch.set_num_threads` takes effect on compiled graphs at once). Where the kernel has an OpenMP
+launcher (runtime/cpu.py `parallel_entry_ir`), torch's own OpenMP threads run the chunks; otherwise the
+first chunk runs on the calling thread and the others on a persistent pool (ctypes releases the GIL for
+the call, so the chunks really run in parallel; a handoff costs tens of microseconds). Small kernels run
+whole on the calling thread.
 """
 from __future__ import annotations
 import concurrent.futures
