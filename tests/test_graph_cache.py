@@ -136,3 +136,16 @@ def test_custom_op_graphs_skip_the_dynamo_level():
   def run(): torch.testing.assert_close(fresh_compiled(fn)(x), fn(x))
   _, warm = _compile_twice(run)
   assert "dynamo_graph_cache" not in warm["compile_time_s"]
+
+
+def test_tensor_constants_from_the_cache_are_real_tensors():
+  # cache entries are read while AOTAutograd's fake mode is active; a graph constant (here the index [2, 0]) must not
+  # come back as a FakeTensor
+  z, w = torch.randn(4, 5, dtype=torch.complex64), torch.randn(2, 5, dtype=torch.complex64)
+  fn = lambda z, w: (torch.constant_pad_nd(z, (1, 2, 0, 1), 3.0), z[1:3, ::2], torch.cat([z, w]), z.t().clone(),
+                     z.permute(1, 0).reshape(-1), z.unsqueeze(0).expand(2, 4, 5), z.flip(0), z[[2, 0]],
+                     torch.where(z.real > 0, z, w[0]), z.unbind(0)[1])
+  def run():
+    for got, want in zip(fresh_compiled(fn)(z, w), fn(z, w)): torch.testing.assert_close(got, want)
+  cold, warm = _compile_twice(run)
+  assert warm["graph_cache_hits"] > cold["graph_cache_hits"]

@@ -175,8 +175,10 @@ def load(key: str | None):
   if key is None: return None
   data = cache.load(key, SUFFIX)
   if data is None: return None
+  from torch._subclasses.fake_tensor import unset_fake_temporarily
   try:
-    return pickle.loads(data)
+    # backends compile under AOTAutograd's fake mode, where unpickled tensors (graph constants) would come back fake
+    with unset_fake_temporarily(): return pickle.loads(data)
   except Exception:  # a stale or truncated entry is a miss
     return None
 
