@@ -10,11 +10,12 @@ def _clone(x):
   return x
 
 
-def fresh_compiled(fn, options=None):
-  """torch.compile(fn, backend="uop") with Dynamo's caches and torch_uop's metrics cleared first."""
+def fresh_compiled(fn, options=None, dynamic=None):
+  """torch.compile(fn, backend="uop") with Dynamo's caches (and counters) and torch_uop's metrics cleared first."""
   torch._dynamo.reset()
+  torch._dynamo.utils.counters.clear()
   torch_uop.reset_metrics()
-  return torch.compile(fn, backend="uop", options=options or {})
+  return torch.compile(fn, backend="uop", options=options or {}, dynamic=dynamic)
 
 
 def assert_ran_natively() -> dict:

@@ -2,7 +2,7 @@
 
 - ops with no lowering run as counted ATen fallback steps between kernels (also multi-result ops,
   backward graphs, and dtypes the IR lacks, which fall back whole);
-- dynamic shapes (symbolic graphs fall back whole, and the metrics say so);
+- dynamic=False recompiles natively per size (dynamic shapes: tests/test_dynamic_shapes.py);
 - non-contiguous, strided, offset, overlapping and expanded inputs, and strides that change between calls;
 - bad input (wrong shapes, wrong layout handed straight to a compiled graph) raises what eager raises;
 - NaN and Inf propagate like eager's;
@@ -89,31 +89,6 @@ def test_fallback_whole_graph_option():
 
 
 # ------------------------------------------------------------------ dynamic shapes
-
-def test_dynamic_true_falls_back_whole_and_matches():
-  fn = lambda x: (x * 2).softmax(-1) + x.sum()
-  compiled = torch.compile(fn, backend="uop", dynamic=True)
-  for n in [3, 5, 8, 13]:
-    x = torch.randn(n, n + 1)
-    torch.testing.assert_close(compiled(x), fn(x))
-  m = torch_uop.metrics()
-  assert m["graphs_compiled"] == 1, "one symbolic graph serves every size"
-  assert m["graphs_fallen_back"] == 1
-  assert m["nodes_fallen_back"]["mul.Tensor"] == 1 and m["fallback_nodes_total"] >= 5
-  assert m["kernels_compiled"] == 0
-
-
-def test_automatic_dynamic_after_a_size_change():
-  fn = lambda x: (x * 2).softmax(-1) + x.sum()
-  compiled = torch.compile(fn, backend="uop")
-  for n in [3, 5, 8, 13]:
-    x = torch.randn(n, 7)
-    torch.testing.assert_close(compiled(x), fn(x))
-  m = torch_uop.metrics()
-  # the first size compiles static kernels; the second recompiles symbolically and runs in torch
-  assert m["graphs_compiled"] == 2 and m["graphs_fallen_back"] == 1
-  assert m["kernels_compiled"] >= 1
-
 
 def test_dynamic_false_recompiles_natively_per_size():
   fn = lambda x: x.exp().sum(-1) * 2

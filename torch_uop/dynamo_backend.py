@@ -3,8 +3,9 @@
 Dynamo hands `uop_backend` an FX graph of torch calls. AOTAutograd traces it to ATen (forward,
 backward, or inference), applying `decomposition_table()` to reach core ATen, and calls
 `compile_fx_graph` on each resulting graph. That lowers the graph to UOps, schedules, compiles and
-returns a `CompiledGraph` (boxed calling convention). Nothing raises for an unsupported op: nodes
-fall back to ATen; graphs the IR cannot hold (symbolic sizes, non-CPU inputs) run as they are.
+returns a `CompiledGraph` (boxed calling convention). A graph with symbolic sizes becomes a
+`SizeSpecializedGraph`, which compiles a static copy per distinct set of call sizes. Nothing raises
+for an unsupported op: nodes fall back to ATen; graphs the IR cannot hold (non-CPU inputs) run as they are.
 """
 from __future__ import annotations
 import functools
@@ -52,24 +53,31 @@ def decomposition_table() -> dict:
   return table
 
 
-def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, kind: str = "graph", recorder=None):
-  """One ATen FX graph -> a boxed callable running torch_uop kernels (from the graph cache when it has them)."""
+def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, kind: str = "graph", recorder=None,
+                     specialization: bool = False):
+  """One ATen FX graph -> a boxed callable running torch_uop kernels (from the graph cache when it has them).
+  `specialization`: gm is the static copy a SizeSpecializedGraph made for one call's sizes."""
   from torch_uop.lowering.graph import lower_graph, WholeGraphFallback
+  from torch_uop.lowering.specialize import has_symbolic_sizes
   from torch_uop.runtime.executor import CompiledGraph
   from torch_uop.runtime import graph_cache
   import torch_uop.lowering  # noqa: F401  fills the registry
   st = _metrics.state()
   t0 = time.perf_counter()
+  if not specialization and not config.fallback_whole_graph and has_symbolic_sizes(gm):
+    st["graphs_compiled"] += 1
+    if recorder is not None: recorder.graph(kind, gm, None)  # the Dynamo-level cache holds static graphs only
+    return SizeSpecializedGraph(gm, config, kind)
   key = graph_cache.aten_key(gm, example_inputs, config, kind) if _graph_cache_on(config) else None
   entry = graph_cache.load(key)
   if isinstance(entry, graph_cache.GraphEntry):
     try:
-      compiled = _graph_from_entry(entry, config, kind, t0)
+      compiled = _graph_from_entry(entry, config, kind, t0, specialization)
       if recorder is not None: recorder.graph(kind, gm, entry)
       return compiled
     except Exception as e:  # e.g. an object another LLVM cannot load: compile instead
       if config.debug >= 1: print(f"[torch_uop] graph cache entry unusable ({type(e).__name__}: {e}); compiling", file=sys.stderr)
-  st["graphs_compiled"] += 1
+  st["size_specializations" if specialization else "graphs_compiled"] += 1
   try:
     if config.fallback_whole_graph: raise WholeGraphFallback("option fallback_whole_graph")
     lowered = lower_graph(gm, config.debug)
@@ -80,7 +88,8 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   st["nodes_lowered"] += lowered.nodes_lowered
   for op in lowered.fallbacks: st["nodes_fallen_back"][op] += 1
   try:
-    compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=f"{kind}{st['graphs_compiled']}",
+    name = f"{kind}{st['graphs_compiled']}" + (f"_s{st['size_specializations']}" if specialization else "")
+    compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
                              beam=config.beam)
   except Exception as e:  # a scheduling or compile bug must never break the user's program
     if config.debug >= 3: import traceback; traceback.print_exc()
@@ -107,12 +116,12 @@ def _graph_cache_on(config: Config) -> bool:
       and not config.fallback_whole_graph
 
 
-def _graph_from_entry(entry, config: Config, kind: str, t0: float):
+def _graph_from_entry(entry, config: Config, kind: str, t0: float, specialization: bool = False):
   """A CompiledGraph from a graph cache entry, counted in the metrics as its first compile was."""
   from torch_uop.runtime.executor import CompiledGraph
   compiled = CompiledGraph.from_plan(entry.plan, debug=config.debug)
   st = _metrics.state()
-  st["graphs_compiled"] += 1
+  st["size_specializations" if specialization else "graphs_compiled"] += 1
   st["graph_cache_hits"] += 1
   st["nodes_lowered"] += entry.nodes_lowered
   for op in entry.fallbacks: st["nodes_fallen_back"][op] += 1
@@ -123,6 +132,50 @@ def _graph_from_entry(entry, config: Config, kind: str, t0: float):
     print(f"[torch_uop] {kind} graph from the graph cache: {compiled.n_kernels} kernels in {time.perf_counter() - t0:.3f}s",
           file=sys.stderr)
   return compiled
+
+
+class SizeSpecializedGraph:
+  """The callable for a graph with symbolic sizes (dynamic=True, mark_dynamic, automatic dynamic shapes).
+  Dynamo and AOTAutograd trace it once; at each call this looks up the sizes and strides of the arguments
+  and runs the static graph compiled for them, compiling one (lowering/specialize.py) the first time a
+  signature is seen. Each such compile counts in metrics()["size_specializations"]; a static copy that
+  cannot be made runs the symbolic graph in torch for that signature, counted in graphs_fallen_back."""
+
+  MAX_SPECIALIZATIONS = 64  # beyond this many signatures, the oldest compiled one is dropped
+
+  def __init__(self, gm: torch.fx.GraphModule, config: Config, kind: str):
+    self.gm, self.config, self.kind = gm, config, kind
+    self.compiled: dict = {}  # call signature -> (callable, positions of the arguments it takes)
+    self._boxed_call = True  # AOTAutograd passes one list of arguments
+
+  def __call__(self, *args):
+    from torch_uop.lowering.specialize import call_signature
+    args = args[0] if len(args) == 1 and type(args[0]) is list else list(args)
+    signature = call_signature(args)
+    entry = self.compiled.get(signature)
+    if entry is None: entry = self._specialize(args, signature)
+    fn, kept = entry
+    call_args = [args[i] for i in kept] if kept is not None else list(args)
+    args.clear()  # boxed convention: the caller's references to the inputs go
+    return fn(call_args)
+
+  def _specialize(self, args: list, signature: tuple):
+    from torch_uop.lowering.specialize import specialize
+    from torch._functorch.aot_autograd import make_boxed_func
+    t0 = time.perf_counter()
+    try:
+      static, kept = specialize(self.gm, args)
+      entry = compile_fx_graph(static, [args[i] for i in kept], self.config, self.kind, specialization=True), kept
+    except Exception as e:  # e.g. a size torch's meta functions cannot propagate: this signature runs in torch
+      if self.config.debug >= 1: print(f"[torch_uop] no static {self.kind} graph for {signature}: {type(e).__name__}: {e}",
+                                       file=sys.stderr)
+      entry = _whole_graph_fallback(self.gm, f"sizes not specializable: {type(e).__name__}", self.config), None
+    if len(self.compiled) >= self.MAX_SPECIALIZATIONS: self.compiled.pop(next(iter(self.compiled)))
+    self.compiled[signature] = entry
+    if self.config.debug >= 1:
+      print(f"[torch_uop] {self.kind} graph specialized for sizes {[tuple(s[0]) if isinstance(s, tuple) else s for s in signature]} "
+            f"in {time.perf_counter() - t0:.3f}s", file=sys.stderr)
+    return entry
 
 
 class _DynamoRecorder:

@@ -4,7 +4,7 @@ A `View` maps an n-d index to a flat offset: `offset + sum(idx * stride)`, valid
 (outside the mask the value is the pad value, 0). A `ShapeTracker` is a stack of views: when a
 reshape cannot be expressed by new strides, a new view is pushed on top and indices are unflattened
 through the one below. `to_indexed(idxs)` turns index UOps into (flat index UOp, valid UOp).
-Views never look at data; sizes are ints here (symbolic sizes fall back before reaching this).
+Views never look at data; sizes are ints here (graphs with symbolic sizes are specialized to static copies first).
 """
 from __future__ import annotations
 from dataclasses import dataclass

@@ -6,7 +6,7 @@ lowering raises, or whose result disagrees with `meta["val"]` (shape or dtype) b
 node: at run time torch runs the ATen op on realized inputs, between kernels. Tensor constants
 (get_attr) of one element become CONSTs; larger ones are buffers filled by a constant step. The result,
 `LoweredGraph`, says what each graph output is (a tensor node, an input, or a constant).
-It raises `WholeGraphFallback` only for graphs it cannot represent at all (e.g. symbolic sizes).
+It raises `WholeGraphFallback` only for graphs it cannot represent at all (e.g. inputs on another device).
 A complex tensor is held as its view_as_real (a real tensor with a trailing dim of 2); nodes that read or
 produce one are lowered by the complex lowerings (lowering/complex.py, fft.py).
 """
@@ -20,6 +20,7 @@ from torch_uop.core.uop import UOp, Ops
 from torch_uop.core.dtypes import from_torch, UnsupportedDType, complex_part
 from torch_uop.core.shapetracker import ShapeTracker
 from torch_uop.lowering.registry import lowering_for, LoweringContext
+from torch_uop.lowering.specialize import is_symbolic
 from torch_uop.lowering.tensor import LT
 from torch_uop import counters as _metrics
 
@@ -89,14 +90,6 @@ class LoweredGraph:
   storage_offset_guards: dict = field(default_factory=dict)
 
 
-def _is_symbolic(v) -> bool:
-  if isinstance(v, torch.SymInt | torch.SymFloat | torch.SymBool): return True
-  if isinstance(v, torch.Tensor):
-    return any(isinstance(s, torch.SymInt) for s in v.shape) or any(isinstance(s, torch.SymInt) for s in v.stride())
-  if isinstance(v, (list, tuple)): return any(_is_symbolic(x) for x in v)
-  return False
-
-
 def _map_args(x, fn):
   if isinstance(x, torch.fx.Node): return fn(x)
   if isinstance(x, (list, tuple)): return type(x)(_map_args(a, fn) for a in x)
@@ -149,7 +142,8 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
   state = GraphState(buffer_slots, slot)
   for node in gm.graph.nodes:
     val = node.meta.get("val")
-    if _is_symbolic(val): raise WholeGraphFallback(f"symbolic sizes at {node.name}")
+    # graphs with symbolic sizes arrive here as static copies (lowering/specialize.py); this is a safety net
+    if is_symbolic(val): raise WholeGraphFallback(f"symbolic sizes at {node.name}")
     if node.op == "placeholder":
       if isinstance(val, torch.Tensor):
         if val.device.type != "cpu": raise WholeGraphFallback(f"input {node.name} is on {val.device}")

@@ -129,6 +129,8 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs, config) -> str | None:
   """The key of the graph Dynamo hands the backend, or None when it cannot be cached."""
   try:
     _check_targets(gm)
+    from torch_uop.lowering.specialize import is_symbolic
+    if is_symbolic(list(example_inputs)): raise _NotCacheable("symbolic sizes (its static copies are cached per size)")
     metas, storages = [], {}
     for i, t in enumerate(example_inputs):
       metas.append(_tensor_meta(t))

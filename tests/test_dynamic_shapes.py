@@ -1,0 +1,108 @@
+"""Dynamic shapes: with dynamic=True, torch._dynamo.mark_dynamic or Dynamo's automatic dynamic shapes, one traced
+graph serves every size (no recompile after the first), each size runs natively as its own static copy
+(dynamo_backend.SizeSpecializedGraph), and every size agrees with eager, in inference and in training."""
+import copy
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_uop
+from torch_uop.testing.models import MLP, CNN, Block
+from helpers import fresh_compiled, assert_ran_natively
+
+
+def _dynamo_graphs() -> int:
+  return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+def test_transformer_over_5_batch_sizes_and_3_sequence_lengths_compiles_once():
+  torch.manual_seed(0)
+  model = Block().eval()
+  compiled = fresh_compiled(model, dynamic=True)
+  sizes = [(b, t) for t in (8, 12, 20) for b in (2, 3, 4, 6, 9)]
+  with torch.no_grad():
+    for b, t in sizes:
+      ids = torch.randint(0, 100, (b, t))
+      torch.testing.assert_close(compiled(ids), model(ids), rtol=1e-4, atol=1e-5)
+      assert _dynamo_graphs() == 1, f"recompiled at batch {b}, sequence {t}"
+    m = assert_ran_natively()
+    assert m["graphs_compiled"] == 1 and m["size_specializations"] == len(sizes)
+    # a size seen before reuses its static copy
+    ids = torch.randint(0, 100, sizes[3])
+    torch.testing.assert_close(compiled(ids), model(ids), rtol=1e-4, atol=1e-5)
+  assert torch_uop.metrics()["size_specializations"] == len(sizes) and _dynamo_graphs() == 1
+
+
+@pytest.mark.parametrize("make", [MLP, CNN, Block], ids=["mlp", "cnn", "tf"])
+def test_training_steps_at_changing_batch_sizes_match_eager(make):
+  # forward and backward graphs with symbolic sizes, SymInts saved for backward, BatchNorm's running statistics
+  # updated in place, and SGD steps in between: losses, gradients, parameters and buffers against eager
+  torch.manual_seed(0)
+  model = make()
+  twin = copy.deepcopy(model)
+  compiled = fresh_compiled(twin, dynamic=True)
+  opt_ref = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+  opt = torch.optim.SGD(twin.parameters(), lr=0.05, momentum=0.9)
+  for batch in (4, 6, 3, 6):
+    if make is Block:
+      x, y = torch.randint(0, 100, (batch, 10 + batch)), torch.randint(0, 100, (batch, 10 + batch))
+    else:
+      x = torch.randn(batch, 32) if make is MLP else torch.randn(batch, 3, 16, 16)
+      y = torch.randint(0, 10, (batch,))
+    for m, f, o in ((model, model, opt_ref), (twin, compiled, opt)):
+      o.zero_grad()
+      out = f(x)
+      m.loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+      m.loss.backward()
+    torch.testing.assert_close(twin.loss, model.loss, rtol=1e-4, atol=1e-5)
+    for (n, p), q in zip(twin.named_parameters(), model.parameters()):
+      torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
+    opt_ref.step(); opt.step()
+  for (n, b), c in zip(twin.named_buffers(), model.buffers()): torch.testing.assert_close(b, c, msg=n)
+  m = assert_ran_natively()
+  assert _dynamo_graphs() == 1 and m["graphs_compiled"] == 2, "one forward and one backward graph"
+  assert m["size_specializations"] == 2 * 3, "a forward and a backward copy per distinct batch size"
+
+
+def test_mark_dynamic_serves_every_batch_size_from_one_graph():
+  fn = lambda x, w: (x @ w).relu().sum(-1) / x.shape[0]
+  w = torch.randn(16, 8)
+  compiled = fresh_compiled(fn)
+  for n in (5, 7, 12):
+    x = torch.randn(n, 16)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.testing.assert_close(compiled(x, w), fn(x, w))
+  m = assert_ran_natively()
+  assert _dynamo_graphs() == 1 and m["graphs_compiled"] == 1 and m["size_specializations"] == 3
+
+
+def test_automatic_dynamic_recompiles_once_then_serves_every_size():
+  fn = lambda x: (x * 2).softmax(-1) + x.sum()
+  compiled = fresh_compiled(fn)
+  for n in [3, 5, 8, 13]:
+    x = torch.randn(n, 7)
+    torch.testing.assert_close(compiled(x), fn(x))
+  m = assert_ran_natively()
+  # the first size compiles a static graph; the second a symbolic one, specialized for 5, 8 and 13
+  assert _dynamo_graphs() == 2 and m["graphs_compiled"] == 2 and m["size_specializations"] == 3
+
+
+def test_strides_are_part_of_the_specialization():
+  fn = lambda x: x.exp() + 1
+  compiled = fresh_compiled(fn, dynamic=True)
+  a = torch.randn(6, 9)
+  for x in (a, a.t(), a[:, ::2], torch.randn(4, 3)):
+    torch.testing.assert_close(compiled(x), fn(x))
+  assert_ran_natively()
+
+
+def test_a_size_that_cannot_be_specialized_runs_in_torch(monkeypatch):
+  import torch_uop.lowering.specialize as specialize
+  def refuse(gm, args): raise RuntimeError("no static copy")
+  monkeypatch.setattr(specialize, "specialize", refuse)
+  fn = lambda x: x.sin() * x.shape[0]
+  compiled = fresh_compiled(fn, dynamic=True)
+  for n in (3, 4):
+    x = torch.randn(n, 2)
+    torch.testing.assert_close(compiled(x), fn(x))
+  m = torch_uop.metrics()
+  assert m["graphs_compiled"] == 1 and m["size_specializations"] == 0 and m["graphs_fallen_back"] == 2
