@@ -161,3 +161,55 @@ def test_training_step_matches_eager():
     (lambda m, x: m(x).softmax(-1).square().sum())(ref, x).backward()
   for p, q in zip(model.parameters(), ref.parameters()): torch.testing.assert_close(p.grad, q.grad)
   assert torch_uop.metrics()["kernels_launched"] > 0
+
+
+# ------------------------------------------------------------------ LLVM modules compiled side by side
+
+def test_kernels_split_into_balanced_parts():
+  sources = [(f"k{i}", "x" * n) for i, n in enumerate([50_000, 30_000, 20_000, 20_000, 10_000, 5_000])]
+  parts = executor._split_into_parts(sources, 3)
+  assert len(parts) == 3 and sorted(n for part in parts for n, _ in part) == sorted(n for n, _ in sources)
+  sizes = sorted(sum(len(s) for _, s in part) for part in parts)
+  assert sizes[-1] - sizes[0] <= 20_000
+  assert len(executor._split_into_parts(sources[-2:], 3)) == 1, "a small module compiles in one piece"
+
+
+def _transformer_graphs(monkeypatch, workers: int, tmp_path):
+  """The inference graph of the transformer block (about 90 KB of LLVM IR), compiled with `workers` helpers."""
+  from torch_uop.runtime import cpu
+  from torch_uop.testing.models import Block
+  monkeypatch.setenv("TORCH_UOP_COMPILE_WORKERS", str(workers))
+  monkeypatch.setenv("TORCH_UOP_CACHE_DIR", str(tmp_path))  # nothing from the disk cache: every part is compiled
+  monkeypatch.setattr(cpu, "_workers", None)
+  torch.manual_seed(0)
+  model, ids = Block().eval(), torch.randint(0, 100, (2, 16))
+  with torch.no_grad():
+    f, graphs = compiled(model, ids)
+    torch.testing.assert_close(f(ids), model(ids), rtol=1e-4, atol=1e-5)
+  return graphs[-1], cpu.compile_workers()
+
+
+def test_module_parts_compiled_by_a_helper_process(monkeypatch, tmp_path):
+  g, workers = _transformer_graphs(monkeypatch, 1, tmp_path)
+  assert len(g.plan.object_code) == 2, "the graph's kernels went to two modules"
+  assert len(workers.procs) == 1 and workers.procs[0].poll() is None, "one helper process, still serving"
+  here = [k.name for k in g.kernels if f"@{k.name}(" in g.program.optimized_ir]
+  assert 0 < len(here) < len(g.kernels), "this process optimized only its own part"
+
+
+def test_without_helpers_one_module(monkeypatch, tmp_path):
+  g, workers = _transformer_graphs(monkeypatch, 0, tmp_path)
+  assert len(g.plan.object_code) == 1 and workers.procs == []
+
+
+def test_a_failing_helper_leaves_its_part_to_this_process(monkeypatch, tmp_path):
+  from torch_uop.runtime import cpu
+  original = cpu.CompileWorkers._run
+  def crash_first(self, proc, request, pending, i):
+    proc.kill()
+    proc.wait()
+    original(self, proc, request, pending, i)
+  monkeypatch.setattr(cpu.CompileWorkers, "_run", crash_first)
+  g, workers = _transformer_graphs(monkeypatch, 1, tmp_path)
+  assert len(g.plan.object_code) == 2, "both parts were compiled, the helper's here"
+  assert all(f"@{k.name}(" in g.program.optimized_ir for k in g.kernels)

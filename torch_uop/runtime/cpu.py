@@ -1,26 +1,32 @@
 """CPU device: LLVM IR text -> native code through llvmlite, for the host CPU.
 
-`CPUProgram(source, signatures)` parses, verifies and optimizes (O3 pipeline with loop and SLP
-vectorization) one module, JIT-compiles it with MCJIT for the host CPU and its features, and
-exposes each kernel (name -> number of buffer arguments) as a ctypes function taking one `void*`
-per buffer and the bounds of its thread-split loop. `python_entry_ir` writes a launcher that Python calls as
+`CPUProgram(source, signatures)` compiles one module, or several (parts) side by side, each to a native
+object (runtime/llvm_worker.py: O3 pipeline with loop and SLP vectorization, for the host CPU and its
+features), loads the objects into one MCJIT engine and exposes each kernel (name -> number of buffer
+arguments) as a ctypes function taking one `void*` per buffer and the bounds of its thread-split loop.
+llvmlite compiles one module at a time per process, so parts beyond the first go to helper processes
+(`CompileWorkers`, TORCH_UOP_COMPILE_WORKERS). `python_entry_ir` writes a launcher that Python calls as
 a builtin function (METH_FASTCALL) with the buffers' addresses as ints and that calls one kernel on the calling
-thread: about 0.1 µs a call, where a ctypes call costs 1 µs or more. The native object is kept in the disk cache
+thread: about 0.1 µs a call, where a ctypes call costs 1 µs or more. Native objects are kept in the disk cache
 (runtime/cache.py): a later process with the same IR skips optimization and code generation
 (`disk_cache=False`, for BEAM candidates, neither reads nor writes it).
 Libm functions referenced by the IR resolve against the running process. It knows nothing of UOps
 or torch.
 """
 from __future__ import annotations
+import atexit
 import ctypes
 import ctypes.util
 import functools
 import os
+import subprocess
 import sys
 import sysconfig
 import threading
 import llvmlite.binding as llvm
 from torch_uop.runtime import cache
+from torch_uop.runtime.llvm_worker import compile_module, optimize, read_message, write_message  # noqa: F401
+from torch_uop.runtime import llvm_worker
 
 _lock = threading.Lock()
 
@@ -31,21 +37,15 @@ def _init_llvm():
   llvm.initialize_native_asmprinter()
   libm = ctypes.util.find_library("m")
   if libm: llvm.load_library_permanently(libm)
+  # launchers convert Python ints to addresses through this symbol: resolved when an object is loaded, so
+  # objects stay independent of this process's addresses (and can be cached and made by helper processes)
+  llvm.add_symbol("torch_uop_long_as_ptr", _LONG_AS_PTR)
 
 
 def _target_machine():
   # a fresh one each time: the MCJIT engine takes ownership of the machine it is given
   cpu, features, _ = target_id()
-  target = llvm.Target.from_default_triple()
-  return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default", codemodel="jitdefault")
-
-
-def optimize(mod, tm, level: int = 3):
-  pto = llvm.create_pipeline_tuning_options(speed_level=level)
-  pto.loop_vectorization = level >= 2
-  pto.slp_vectorization = level >= 2
-  pb = llvm.create_pass_builder(tm, pto)
-  pb.getModulePassManager().run(mod, pb)
+  return llvm_worker.target_machine(cpu, features)
 
 
 _METH_FASTCALL = 0x80
@@ -67,10 +67,10 @@ def python_entries_supported() -> bool: return _ENTRIES_SUPPORTED
 
 def _fastcall_args(n_args: int) -> list[str]:
   """IR lines that read a METH_FASTCALL builtin's first n_args arguments (Python ints) as %v0.. pointers."""
-  lines = ["  %as_ptr = load ptr, ptr @torch_uop_long_as_ptr"]
+  lines = []
   for i in range(n_args):
     lines += [f"  %a{i}.slot = getelementptr ptr, ptr %args, i64 {i}", f"  %a{i} = load ptr, ptr %a{i}.slot",
-              f"  %v{i} = call ptr %as_ptr(ptr %a{i})"]
+              f"  %v{i} = call ptr @torch_uop_long_as_ptr(ptr %a{i})"]
   return lines
 
 
@@ -130,57 +130,145 @@ def parallel_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int) 
 
 
 class CPUProgram:
-  def __init__(self, source: str | None, signatures: dict[str, int], opt_level: int = 3, entries: dict[str, str] = None,
-               disk_cache: bool = True, object_code: bytes | None = None):
-    """`entries`: launcher name -> its IR (`python_entry_ir`, `parallel_entry_ir`), compiled with the kernels into
-    builtins (`self.entries`).
-    `object_code`: a native object this class made before (`self.object_code`, e.g. from the graph cache), loaded
-    without any LLVM IR; `source` and the entries' IR are then not needed (pass the entries' names)."""
-    entries = entries or {}
+  def __init__(self, source: str | list[str] | None, signatures: dict[str, int], opt_level: int = 3,
+               entries: dict[str, str] | list[dict[str, str]] | None = None, disk_cache: bool = True,
+               object_code: list[bytes] | None = None):
+    """`source`: one module's IR, or a list of self-contained modules (parts) compiled side by side.
+    `entries`: launcher name -> its IR (`python_entry_ir`, `parallel_entry_ir`), compiled with the kernels into
+    builtins (`self.entries`); with several parts, one dict per part (a launcher goes with its kernel).
+    `object_code`: the native objects this class made before (`self.object_code`, e.g. from the graph cache),
+    loaded without any LLVM IR; `source` and the entries' IR are then not needed (pass the entries' names)."""
+    sources = source if isinstance(source, list) else [source]
+    entry_parts = entries if isinstance(entries, list) else [entries or {}]
+    all_entries = {name: ir for part in entry_parts for name, ir in part.items()}
     with _lock:
+      _init_llvm()
       if object_code is not None:
         self.cache_hit, self.optimized_ir = True, None
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
-        self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
-        self.engine.finalize_object()
-        self.object_code = object_code
+        objects = list(object_code)
       else:
-        self._compile(source, opt_level, entries, disk_cache)
+        objects = self._compile(sources, opt_level, entry_parts, disk_cache)
+      self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
+      for obj in objects: self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+      self.engine.finalize_object()
+      self.object_code = objects
       self.functions = {}
       for name, nargs in signatures.items():
         addr = self.engine.get_function_address(name)
         # buffers, then the [lo, hi) bounds of the thread-split loop
         self.functions[name] = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs), ctypes.c_int64, ctypes.c_int64)(addr)
       self.entries = {}
-      if entries:
-        ctypes.c_void_p.from_address(self.engine.get_global_value_address("torch_uop_long_as_ptr")).value = _LONG_AS_PTR
-        self._method_defs = []
-        for name in entries:
-          mdef = _PyMethodDef(name.encode(), self.engine.get_function_address(name), _METH_FASTCALL, None)
-          self._method_defs.append(mdef)
-          # the builtin holds this program (its `self`), so the code and the method table outlive it
-          self.entries[name] = _new_builtin(ctypes.addressof(mdef), self, None)
+      self._method_defs = []
+      for name in all_entries:
+        mdef = _PyMethodDef(name.encode(), self.engine.get_function_address(name), _METH_FASTCALL, None)
+        self._method_defs.append(mdef)
+        # the builtin holds this program (its `self`), so the code and the method table outlive it
+        self.entries[name] = _new_builtin(ctypes.addressof(mdef), self, None)
 
-  def _compile(self, source: str, opt_level: int, entries: dict, disk_cache: bool) -> None:
-    if entries: source += "\n@torch_uop_long_as_ptr = global ptr null\n" + "\n".join(entries.values()) + "\n"
-    if any("@GOMP_parallel(" in e for e in entries.values()): source += "\n".join(_OPENMP_DECLS) + "\n"
-    tm = _target_machine()
-    cache_key = cache.key(source, *target_id(), str(opt_level))
-    cached = cache.load(cache_key) if disk_cache else None
-    self.cache_hit = cached is not None
-    mod = llvm.parse_assembly(source)
-    mod.verify()
-    if opt_level and cached is None: optimize(mod, tm, opt_level)
-    self.engine = llvm.create_mcjit_compiler(mod, _target_machine())
-    self.object_code = cached
+  def _compile(self, sources: list[str], opt_level: int, entry_parts: list[dict], disk_cache: bool) -> list[bytes]:
+    """Each part's native object: from the disk cache, or compiled, the first missing part here and the others in
+    helper processes at the same time (here too when none is available or one fails)."""
+    cpu_name, features, _ = target_id()
+    modules = []
+    for src, part_entries in zip(sources, entry_parts):
+      if part_entries:
+        src += "\ndeclare ptr @torch_uop_long_as_ptr(ptr)\n" + "\n".join(part_entries.values()) + "\n"
+        if any("@GOMP_parallel(" in e for e in part_entries.values()): src += "\n".join(_OPENMP_DECLS) + "\n"
+      modules.append(src)
+    keys = [cache.key(m, *target_id(), str(opt_level)) for m in modules]
+    objects = [cache.load(k) if disk_cache else None for k in keys]
+    todo = [i for i, o in enumerate(objects) if o is None]
+    self.cache_hit = not todo
+    pending = compile_workers().submit([(modules[i], cpu_name, features, opt_level) for i in todo[1:]])
+    optimized = []
+    for n, i in enumerate(todo):
+      obj = pending.result(n - 1) if n > 0 else None
+      if obj is None:
+        obj, mod = compile_module(modules[i], cpu_name, features, opt_level)
+        optimized.append(str(mod))
+      objects[i] = obj
+      if disk_cache: cache.store(keys[i], obj)
+    self.optimized_ir = "\n".join(optimized) if todo else None
+    return objects
 
-    def generated(_mod, buf):  # MCJIT reports the object it generated: kept, and stored on disk
-      self.object_code = bytes(buf)
-      if disk_cache: cache.store(cache_key, self.object_code)
-    # MCJIT asks the cache before generating code and reports what it generated
-    self.engine.set_object_cache(generated, lambda _mod: cached)
-    self.engine.finalize_object()
-    self.optimized_ir = None if cached is not None else str(mod)
+
+def compile_worker_count() -> int:
+  """Helper processes for compiling modules side by side: TORCH_UOP_COMPILE_WORKERS, else one per core but one
+  (at most 7); 0 compiles everything in this process."""
+  env = os.environ.get("TORCH_UOP_COMPILE_WORKERS")
+  if env is not None: return max(int(env), 0)
+  return min((os.cpu_count() or 1) - 1, 7)
+
+
+class _Pending:
+  """Replies of requests handed to helper processes: `result(i)` waits for request i's object (None: it failed)."""
+
+  def __init__(self, n: int):
+    self.objects, self.threads = [None] * n, []
+
+  def result(self, i: int) -> bytes | None:
+    self.threads[i].join()
+    return self.objects[i]
+
+
+class CompileWorkers:
+  """Helper processes running runtime/llvm_worker.py, started on first use and kept for the process's life.
+  One request per process at a time; a process that fails is dropped (its request is compiled by the caller)."""
+
+  def __init__(self, n: int):
+    self.n, self.pid, self.procs = n, os.getpid(), []
+    self.lock = threading.Lock()
+
+  def start(self) -> None:
+    """Start the processes now (they load llvmlite while the caller generates code)."""
+    with self.lock:
+      self.procs = [p for p in self.procs if p.poll() is None]
+      while len(self.procs) < self.n:
+        cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), llvm_worker.__file__]
+        try:
+          self.procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
+        except OSError:
+          self.n = len(self.procs)
+          break
+
+  def submit(self, requests: list) -> _Pending:
+    pending = _Pending(len(requests))
+    if requests and self.n: self.start()
+    idle = list(self.procs)
+    for i, request in enumerate(requests):
+      proc = idle.pop() if idle else None
+      t = threading.Thread(target=self._run, args=(proc, request, pending, i), daemon=True)
+      pending.threads.append(t)
+      t.start()
+    return pending
+
+  def _run(self, proc, request, pending: _Pending, i: int) -> None:
+    if proc is None: return
+    try:
+      write_message(proc.stdin, request)
+      reply = read_message(proc.stdout)
+    except (OSError, ValueError, EOFError):
+      reply = None
+    if reply is not None and reply[0] == "ok": pending.objects[i] = reply[1]
+    elif reply is None: proc.kill()  # no answer: the process is gone or broken, and is not used again
+
+  def close(self) -> None:
+    for p in self.procs:
+      try: p.stdin.close()  # the worker exits at the end of its input
+      except OSError: pass
+    self.procs = []
+
+
+_workers: CompileWorkers | None = None
+
+
+def compile_workers() -> CompileWorkers:
+  """This process's helper processes (a forked child gets its own, never its parent's pipes)."""
+  global _workers
+  if _workers is None or _workers.pid != os.getpid():
+    _workers = CompileWorkers(compile_worker_count())
+    atexit.register(_workers.close)
+  return _workers
 
 
 @functools.cache

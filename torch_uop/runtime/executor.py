@@ -30,7 +30,8 @@ from torch_uop.core.codegen import build_kernel
 from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_llvm
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
-from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported, parallel_entry_ir, openmp_supported
+from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported, parallel_entry_ir, openmp_supported, \
+    compile_worker_count, compile_workers
 from torch_uop.runtime import threads
 from torch_uop import counters as _metrics
 
@@ -96,7 +97,7 @@ class GraphPlan:
   arena_offsets: dict
   arena_bytes: int
   signatures: dict         # kernel name -> number of buffers
-  object_code: bytes | None
+  object_code: list[bytes] | None  # native objects, one per compiled module part
   peak_bytes: tuple        # (planned, unplanned)
 
 
@@ -142,6 +143,8 @@ class CompiledGraph:
       with _Timer("search"):
         tuned = {i: beam_search(item, beam, opt_level, debug, f"{name}_k{i}") for i, item in enumerate(sched.items)
                  if isinstance(item, KernelItem)}
+    # a big graph compiles its LLVM modules side by side: the helper processes start now, loading while codegen runs
+    if sum(isinstance(item, KernelItem) for item in sched.items) >= 8: compile_workers().start()
     with _Timer("codegen"):
       for i, item in enumerate(sched.items):
         if isinstance(item, KernelItem): kernels.append((item, build_kernel(item, f"{name}_k{i}", tuned.get(i))))
@@ -160,7 +163,10 @@ class CompiledGraph:
                    for _, k in kernels if python_entries_supported() and work[k.name] < ENTRY_MAX_WORK}
         entries.update({f"{k.name}_par": parallel_entry_ir(f"{k.name}_par", k.name, len(k.buffers), k.split_size)
                         for _, k in kernels if threads.max_threads(k.split_size, work[k.name]) > 1 and openmp_supported()})
-        program = CPUProgram(_merge_modules(sources), signatures, opt_level, entries)
+        parts = _split_into_parts([(k.name, src) for (_, k), src in zip(kernels, sources)], compile_worker_count() + 1)
+        program = CPUProgram([_merge_modules([src for _, src in part]) for part in parts], signatures, opt_level,
+                             [{e: ir for e, ir in entries.items() if e.rsplit("_", 1)[0] in {n for n, _ in part}}
+                              for part in parts])
       if program.cache_hit: _metrics.state()["cache_hits"] += 1
     _metrics.state()["kernels_compiled"] += len(kernels)
 
@@ -503,6 +509,23 @@ def _one_element_per_location(shape: tuple, strides: tuple) -> bool:
     if st < reach: return False
     reach = st * (n - 1) + reach
   return True
+
+
+# below this much LLVM IR a module compiles in one piece: a helper process would cost more than it saves
+PART_MIN_BYTES = 40_000
+
+
+def _split_into_parts(named_sources: list[tuple[str, str]], max_parts: int) -> list[list[tuple[str, str]]]:
+  """Kernels grouped into at most `max_parts` modules of similar size (largest first, each to the smallest part),
+  compiled side by side (cpu.CompileWorkers); one part when the whole is small."""
+  total = sum(len(src) for _, src in named_sources)
+  n = max(1, min(max_parts, total // PART_MIN_BYTES, len(named_sources)))
+  parts, sizes = [[] for _ in range(n)], [0] * n
+  for name, src in sorted(named_sources, key=lambda ns: -len(ns[1])):
+    i = sizes.index(min(sizes))
+    parts[i].append((name, src))
+    sizes[i] += len(src)
+  return parts
 
 
 def _merge_modules(sources: list[str]) -> str:
