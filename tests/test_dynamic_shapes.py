@@ -106,3 +106,20 @@ def test_a_size_that_cannot_be_specialized_runs_in_torch(monkeypatch):
     torch.testing.assert_close(compiled(x), fn(x))
   m = torch_uop.metrics()
   assert m["graphs_compiled"] == 1 and m["size_specializations"] == 0 and m["graphs_fallen_back"] == 2
+
+
+def test_static_copies_come_from_the_graph_cache_the_second_time(tmp_path, monkeypatch):
+  monkeypatch.setenv("TORCH_UOP_CACHE_DIR", str(tmp_path))
+  monkeypatch.delenv("TORCH_UOP_GRAPH_CACHE", raising=False)
+  model = MLP().eval()
+  runs = []
+  for _ in range(2):  # the second run, after a Dynamo reset, compiles no kernel
+    compiled = fresh_compiled(model, dynamic=True)
+    with torch.no_grad():
+      for n in (5, 9, 12):
+        x = torch.randn(n, 32)
+        torch.testing.assert_close(compiled(x), model(x))
+    runs.append(assert_ran_natively())
+  assert runs[0]["graph_cache_hits"] == 0 and runs[1]["graph_cache_hits"] == 3
+  assert runs[0]["size_specializations"] == runs[1]["size_specializations"] == 3
+  assert "llvm" not in runs[1]["compile_time_s"] and "codegen" not in runs[1]["compile_time_s"]

@@ -174,13 +174,21 @@ def test_kernels_split_into_balanced_parts():
   assert len(executor._split_into_parts(sources[-2:], 3)) == 1, "a small module compiles in one piece"
 
 
+@pytest.fixture
+def own_workers(monkeypatch):
+  """A fresh set of helper processes for the test, closed after it."""
+  from torch_uop.runtime import cpu
+  monkeypatch.setattr(cpu, "_workers", None)
+  yield
+  if cpu._workers is not None: cpu._workers.close()
+
+
 def _transformer_graphs(monkeypatch, workers: int, tmp_path):
   """The inference graph of the transformer block (about 90 KB of LLVM IR), compiled with `workers` helpers."""
   from torch_uop.runtime import cpu
   from torch_uop.testing.models import Block
   monkeypatch.setenv("TORCH_UOP_COMPILE_WORKERS", str(workers))
   monkeypatch.setenv("TORCH_UOP_CACHE_DIR", str(tmp_path))  # nothing from the disk cache: every part is compiled
-  monkeypatch.setattr(cpu, "_workers", None)
   torch.manual_seed(0)
   model, ids = Block().eval(), torch.randint(0, 100, (2, 16))
   with torch.no_grad():
@@ -189,7 +197,7 @@ def _transformer_graphs(monkeypatch, workers: int, tmp_path):
   return graphs[-1], cpu.compile_workers()
 
 
-def test_module_parts_compiled_by_a_helper_process(monkeypatch, tmp_path):
+def test_module_parts_compiled_by_a_helper_process(monkeypatch, tmp_path, own_workers):
   g, workers = _transformer_graphs(monkeypatch, 1, tmp_path)
   assert len(g.plan.object_code) == 2, "the graph's kernels went to two modules"
   assert len(workers.procs) == 1 and workers.procs[0].poll() is None, "one helper process, still serving"
@@ -197,12 +205,12 @@ def test_module_parts_compiled_by_a_helper_process(monkeypatch, tmp_path):
   assert 0 < len(here) < len(g.kernels), "this process optimized only its own part"
 
 
-def test_without_helpers_one_module(monkeypatch, tmp_path):
+def test_without_helpers_one_module(monkeypatch, tmp_path, own_workers):
   g, workers = _transformer_graphs(monkeypatch, 0, tmp_path)
   assert len(g.plan.object_code) == 1 and workers.procs == []
 
 
-def test_a_failing_helper_leaves_its_part_to_this_process(monkeypatch, tmp_path):
+def test_a_failing_helper_leaves_its_part_to_this_process(monkeypatch, tmp_path, own_workers):
   from torch_uop.runtime import cpu
   original = cpu.CompileWorkers._run
   def crash_first(self, proc, request, pending, i):

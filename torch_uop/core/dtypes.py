@@ -54,6 +54,8 @@ class dtypes:
   void = DType("void", 0, 'v', -1)
 
 
+_INT_RANGE = {dt: (dt.min(), dt.max()) for dt in vars(dtypes).values() if isinstance(dt, DType) and dt.kind in 'iu'}
+
 _TORCH_TO_IR = {
   torch.bool: dtypes.bool, torch.int8: dtypes.int8, torch.uint8: dtypes.uint8, torch.int16: dtypes.int16,
   torch.int32: dtypes.int32, torch.int64: dtypes.int64, torch.float16: dtypes.float16,
@@ -95,12 +97,14 @@ def python_type_dtype(value) -> DType:
 
 
 def cast_python_value(value, dt: DType):
-  """Normalize a Python constant to the Python type that matches dt."""
-  if dt.is_bool: return bool(value)
-  if dt.is_int:
-    v = int(value)
-    bits = 8 * dt.itemsize
-    v &= (1 << bits) - 1
-    if not dt.is_unsigned and v >= 1 << (bits - 1): v -= 1 << bits
-    return v
-  return float(value)
+  """Normalize a Python constant to the Python type that matches dt (integers wrap around as in dt)."""
+  kind = dt.kind
+  if kind == 'f': return float(value)
+  if kind == 'b': return bool(value)
+  v = int(value)
+  lo, hi = _INT_RANGE[dt]
+  if lo <= v <= hi: return v  # the common case: index math
+  bits = 8 * dt.itemsize
+  v &= (1 << bits) - 1
+  if kind == 'i' and v >= 1 << (bits - 1): v -= 1 << bits
+  return v
