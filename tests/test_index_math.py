@@ -60,3 +60,30 @@ def test_strided_conv_input_gradient_computes_loop_invariant_div_mod_outside_the
     assert counts[inner] == min(counts.values()), k.name
     checked += 1
   assert checked
+
+
+def test_index_under_a_mask_uses_the_masks_loop_limits():
+  from torch_uop.core.symbolic import simplify_given
+  r, t = _range(2, 96), _range(1, 40)
+  inside = (_c(32) <= r) & (r < _c(64))  # the middle third of a concatenation along r
+  x = t * _c(32) + r + _c(-32)
+  # without the mask, r - 32 may be negative or pass 32, so nothing folds
+  assert simplify(x // _c(32)).op in (Ops.IDIV, Ops.ADD) and simplify((r + _c(-32)) % _c(32)).op is Ops.MOD
+  assert simplify_given(x // _c(32), inside) is simplify(t)
+  assert simplify_given((r + _c(-32)) % _c(32), inside) is simplify(r + _c(-32))
+  assert simplify_given(r * _c(2) // _c(64), r < _c(32)) is _c(0)
+  upcast = r * _c(4) + _c(3)  # an upcast position: r*4 + 3 < 64 means r < 16
+  assert simplify_given(upcast // _c(64), upcast < _c(64)) is _c(0)
+
+
+def test_concatenated_attention_heads_index_without_division_by_sizes():
+  # the attention backward's dq/dk/dv concatenated along the feature axis, at sizes that are not powers of two:
+  # each third reads its head layout through the concatenation's mask, so the only division left splits a
+  # feature into (head, 8 features), never one by the sequence length or the batch stride
+  q, k, v = (torch.randn(3, 4, 40, 8) for _ in range(3))
+  fn = lambda q, k, v: torch.cat([t.transpose(1, 2).reshape(3, 40, 32) for t in (q, k, v)], -1) * 2
+  got, kernels = _kernels_of(lambda *a: torch.compile(fn, backend="uop")(*a), q, k, v)
+  torch.testing.assert_close(got, fn(q, k, v))
+  divisors = {n.src[1].arg if n.src[1].op is Ops.CONST else None for k in kernels for n in k.program
+              if n.op in (Ops.IDIV, Ops.MOD)}
+  assert kernels and divisors <= {8}, divisors

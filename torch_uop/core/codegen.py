@@ -12,12 +12,12 @@ Nothing here knows about LLVM or torch.
 from __future__ import annotations
 import itertools
 from dataclasses import dataclass
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite, substitute
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten
-from torch_uop.core.symbolic import simplify
+from torch_uop.core.symbolic import simplify, simplify_given
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, heuristic_opts, _substitute
+from torch_uop.core.opt import KernelOpts, heuristic_opts
 from torch_uop.core.transcendental import transcendental
 
 IDX = dtypes.index
@@ -78,14 +78,17 @@ class _Evaluator:
     if node.op is Ops.CONST: return node
     if node.op is Ops.VIEW:
       flat, valid = node.arg.to_indexed(list(idxs))
-      flat, valid = _simplify(flat), _simplify(valid)
+      valid = _simplify(valid)
       src = node.src[0]
       inner_gate = _simplify(gate & valid)
+      # what is read here is only used where the mask holds: the index may assume it (a concatenation's
+      # (r - 32) % 64 for r in [32, 64) is r - 32)
+      flat = simplify_given(flat, inner_gate)
       if src.op is Ops.CONST: value = src
       elif src in slots and src is not self.item.root and src.op is Ops.BUFFER:
         value = self.load(slots[src], src.dtype, flat, inner_gate)
       else:
-        src_idxs = tuple(_simplify(i) for i in unflatten(flat, src.shape))
+        src_idxs = tuple(simplify_given(i, inner_gate) for i in unflatten(flat, src.shape))
         value = self.eval(src, src_idxs, inner_gate)
       if valid.op is Ops.CONST and valid.arg: return value
       return valid.where(value, UOp.const(value.dtype, 0))
@@ -170,7 +173,7 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
 def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:
   """The AST with output loop `split_axis` marked as the thread-split loop (what _kernel_ast does for it)."""
   loops = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg == (split_axis, "global")]
-  return _substitute(ast, {r: r.replace(arg=(split_axis, "split")) for r in loops}, {}) if loops else ast
+  return substitute(ast, {r: r.replace(arg=(split_axis, "split")) for r in loops}) if loops else ast
 
 
 def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) -> Kernel:

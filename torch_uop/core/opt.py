@@ -14,7 +14,7 @@ expressions only; it never runs anything.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
-from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.uop import UOp, Ops, substitute
 
 
 @dataclass(frozen=True)
@@ -38,19 +38,13 @@ def _trip_count(r: UOp) -> int:
   return r.src[0].arg if r.src[0].op is Ops.CONST else 0
 
 
-def _substitute(u: UOp, mapping: dict, cache: dict) -> UOp:
-  if u in mapping: return mapping[u]
-  if u not in cache: cache[u] = u.replace(src=tuple(_substitute(s, mapping, cache) for s in u.src)) if u.src else u
-  return cache[u]
-
-
 def stride_along(index: UOp, r: UOp, ranges: list) -> int | None:
   """How far an affine index moves when loop r steps by one (None if that is not a constant)."""
   from torch_uop.core.symbolic import simplify
   from torch_uop.core.dtypes import dtypes
   zero = {x: UOp.const(dtypes.index, 0) for x in ranges}
-  at0 = simplify(_substitute(index, zero, {}))
-  at1 = simplify(_substitute(index, {**zero, r: UOp.const(dtypes.index, 1)}, {}))
+  at0 = simplify(substitute(index, zero))
+  at1 = simplify(substitute(index, {**zero, r: UOp.const(dtypes.index, 1)}))
   if at0.op is Ops.CONST and at1.op is Ops.CONST: return at1.arg - at0.arg
   return None
 

@@ -7,7 +7,7 @@ It only rewrites integer and boolean arithmetic (floats are left exactly as lowe
 """
 from __future__ import annotations
 import math
-from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, graph_rewrite
+from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, graph_rewrite, substitute
 from torch_uop.core.dtypes import dtypes
 
 _INF = math.inf
@@ -247,3 +247,52 @@ _MEMO_LIMIT = 1 << 19
 def simplify(u: UOp) -> UOp:
   if len(_memo) > _MEMO_LIMIT: _memo.clear()
   return graph_rewrite(u, symbolic, memo=_memo)
+
+
+# ----- simplifying under a condition -----
+
+def _affine_in_one_range(e: UOp):
+  """(r, f, o) when e is r*f + o for a loop range r, f > 0 and constant o; else None."""
+  o = 0
+  if e.op is Ops.ADD and e.src[1].op is Ops.CONST: e, o = e.src[0], e.src[1].arg
+  f = 1
+  if e.op is Ops.MUL and e.src[1].op is Ops.CONST: e, f = e.src[0], e.src[1].arg
+  return (e, f, o) if e.op is Ops.RANGE and f > 0 else None
+
+
+def range_limits(valid: UOp) -> dict:
+  """Loop range -> [lo, hi) that the conjunction `valid` implies for it, from its clauses of the form
+  c <= r*f + o and r*f + o < c (the masks of padded, sliced and concatenated views)."""
+  limits: dict = {}
+  clauses, stack = [], [valid]
+  while stack:
+    c = stack.pop()
+    if c.op is Ops.AND and c.dtype.is_bool: stack.extend(c.src)
+    else: clauses.append(c)
+  for c in clauses:
+    if c.op not in (Ops.CMPLT, Ops.CMPLE): continue
+    a, b = c.src
+    if b.op is Ops.CONST and (t := _affine_in_one_range(a)):  # r*f + o < b  (or <=)
+      r, f, o = t
+      bound = b.arg - o + (1 if c.op is Ops.CMPLE else 0)   # r*f < bound
+      lo, hi = limits.get(r, (0, r.vmax + 1))
+      limits[r] = (lo, min(hi, -(-bound // f)))
+    elif a.op is Ops.CONST and (t := _affine_in_one_range(b)):  # a < r*f + o  (or <=)
+      r, f, o = t
+      bound = a.arg - o + (1 if c.op is Ops.CMPLT else 0)    # r*f >= bound
+      lo, hi = limits.get(r, (0, r.vmax + 1))
+      limits[r] = (max(lo, -(-bound // f)), hi)
+  return {r: (lo, hi) for r, (lo, hi) in limits.items() if (lo, hi) != (0, r.vmax + 1) and lo < hi}
+
+
+def simplify_given(u: UOp, valid: UOp) -> UOp:
+  """simplify(u), also using the loop limits that `valid` implies: right wherever valid holds, which is all a
+  gated load's index must be. (r + 32) % 64 with r < 96 stays; with valid = r < 32 it becomes r + 32.
+  Each limited range r in [lo, hi) is replaced by a fresh range of hi - lo iterations plus lo, simplified, and
+  put back."""
+  limits = range_limits(valid) if valid.op is not Ops.CONST else {}
+  if not limits: return simplify(u)
+  const = lambda v: UOp.const(dtypes.index, v)
+  fresh = {r: UOp(Ops.RANGE, r.dtype, (const(hi - lo),), (r.arg, "limited", lo)) for r, (lo, hi) in limits.items()}
+  narrowed = simplify(substitute(u, {r: fresh[r] + const(lo) for r, (lo, _) in limits.items()}))
+  return simplify(substitute(narrowed, {fresh[r]: r - const(lo) for r, (lo, _) in limits.items()}))

@@ -162,6 +162,14 @@ def _tensor_shape(u: UOp) -> tuple:
   return u.src[-1].shape if u.op is Ops.WHERE else u.src[0].shape
 
 
+def substitute(u: UOp, mapping: dict, cache: dict | None = None) -> UOp:
+  """u with every node in `mapping` replaced by its value (sources rebuilt above them; nothing simplified)."""
+  cache = {} if cache is None else cache
+  if u in mapping: return mapping[u]
+  if u not in cache: cache[u] = u.replace(src=tuple(substitute(s, mapping, cache) for s in u.src)) if u.src else u
+  return cache[u]
+
+
 def toposort(roots: Iterable[UOp]) -> list[UOp]:
   order, seen = [], set()
   for root in roots:
