@@ -519,3 +519,23 @@ def test_vectorizable_exp_matches_eager_within_one_ulp():
   torch.testing.assert_close(y, ref, rtol=1.3e-6, atol=1e-40, equal_nan=True)
   normal = ref.abs() > 1.2e-38
   assert (y.view(torch.int32).long() - ref.view(torch.int32).long()).abs()[normal].max() <= 1
+
+
+def test_vectorizable_erf_within_three_ulp_of_the_exact_value():
+  """core/transcendental.py's float32 erf (GELU's): both polynomial pieces and their seam at |x| = 1, the tail up to
+  where erf rounds to +-1, tiny and subnormal inputs (sign kept), inf and NaN; measured against float64's erf."""
+  import numpy as np
+  import torch_uop.debug
+  edges = [0., -0., 1e-30, -1e-40, 0.9999999, 1.0, 1.0000001, -1.0, 3.9999, 4.0, 9.0, float("inf"), -float("inf"),
+           float("nan")]
+  x = torch.cat([torch.linspace(-6, 6, 100001), torch.logspace(-38, 0.7, 2000), -torch.logspace(-38, 0.7, 2000),
+                 torch.tensor(edges)])
+  graph = torch_uop.debug.compile_graph(lambda a: torch.erf(a), x)
+  assert graph.kernels and not any("erf" in src for src in graph.sources), "no scalar libm call left to stop SIMD"
+  y = graph([x])[0]
+  torch.testing.assert_close(y, torch.erf(x), equal_nan=True)
+  exact = torch.erf(x.double())
+  finite = exact.isfinite()
+  ulp = torch.from_numpy(np.spacing(exact.abs().float().numpy())).double()
+  assert ((y.double() - exact).abs() / ulp)[finite].max() <= 3
+  assert torch.equal(torch.signbit(y[-14:-11]), torch.tensor([False, True, False]))
