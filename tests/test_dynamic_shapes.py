@@ -123,3 +123,28 @@ def test_static_copies_come_from_the_graph_cache_the_second_time(tmp_path, monke
   assert runs[0]["graph_cache_hits"] == 0 and runs[1]["graph_cache_hits"] == 3
   assert runs[0]["size_specializations"] == runs[1]["size_specializations"] == 3
   assert "llvm" not in runs[1]["compile_time_s"] and "codegen" not in runs[1]["compile_time_s"]
+
+
+# sizes used as values, in slices, views, creation ops and scale factors: each static copy folds them to constants
+SIZE_ARITHMETIC = {
+  "mean_by_size": lambda x: x.sum() / x.shape[0],
+  "float_of_size": lambda x: x * (x.shape[1] ** 0.5),
+  "arange_of_size": lambda x: x + torch.arange(x.shape[1]),
+  "slice_by_size": lambda x: x[:, : x.shape[1] // 2] * 2,
+  "view_minus_one": lambda x: x.view(-1, 2).sum(-1),
+  "interpolate": lambda x: F.interpolate(x[None, None], scale_factor=2.0, mode="nearest")[0, 0],
+  "cat_of_pad": lambda x: torch.cat([x, F.pad(x, (1, 1))], 1).softmax(-1),
+  "matmul_with_transpose": lambda x: x @ x.t(),
+  "zeros_of_size": lambda x: torch.zeros(x.shape[0], 3) + x[:, :3],
+}
+
+
+@pytest.mark.parametrize("name", SIZE_ARITHMETIC)
+def test_sizes_used_as_values(name):
+  fn = SIZE_ARITHMETIC[name]
+  compiled = fresh_compiled(fn, dynamic=True)
+  for n, m in [(4, 6), (5, 8), (7, 10)]:
+    x = torch.randn(n, m)
+    torch.testing.assert_close(compiled(x), fn(x))
+  m = assert_ran_natively()
+  assert m["graphs_compiled"] == 1 and m["size_specializations"] == 3

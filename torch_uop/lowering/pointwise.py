@@ -74,7 +74,8 @@ except (ImportError, AttributeError):  # pragma: no cover  another torch without
   pass
 
 
-@register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+@register(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, aten.true_divide.Tensor,
+          aten.true_divide.Scalar)
 def div(ctx, a, b, rounding_mode=None):
   if rounding_mode is None: return elementwise(ctx, INT_TO_FLOAT, lambda x, y: x / y, a, b)
   def rounded(x, y):
