@@ -165,13 +165,15 @@ def test_training_step_matches_eager():
 
 # ------------------------------------------------------------------ LLVM modules compiled side by side
 
-def test_kernels_split_into_balanced_parts():
-  sources = [(f"k{i}", "x" * n) for i, n in enumerate([50_000, 30_000, 20_000, 20_000, 10_000, 5_000])]
-  parts = executor._split_into_parts(sources, 3)
-  assert len(parts) == 3 and sorted(n for part in parts for n, _ in part) == sorted(n for n, _ in sources)
-  sizes = sorted(sum(len(s) for _, s in part) for part in parts)
-  assert sizes[-1] - sizes[0] <= 20_000
-  assert len(executor._split_into_parts(sources[-2:], 3)) == 1, "a small module compiles in one piece"
+def test_modules_to_compile_go_in_balanced_batches():
+  from torch_uop.runtime.cpu import balanced_batches
+  sizes = [("a", 50_000), ("b", 30_000), ("c", 20_000), ("d", 20_000), ("e", 10_000), ("f", 5_000)]
+  batches = balanced_batches(sizes, 3)
+  assert len(batches) == 3 and sorted(x for b in batches for x in b) == sorted(x for x, _ in sizes)
+  totals = sorted(sum(dict(sizes)[x] for x in b) for b in batches)
+  assert totals[-1] - totals[0] <= 20_000
+  assert len(balanced_batches(sizes[-2:], 3)) == 1, "a little IR compiles in one piece"
+  assert balanced_batches([], 3) == []
 
 
 @pytest.fixture
@@ -197,17 +199,20 @@ def _transformer_graphs(monkeypatch, workers: int, tmp_path):
   return graphs[-1], cpu.compile_workers()
 
 
+def _optimized_here(g) -> int:
+  """How many of the graph's kernel functions this process optimized (the others came from a helper)."""
+  return sum(1 for kind, step in g.plan.steps if kind == "kernel" and f"@{step.name}(" in g.program.optimized_ir)
+
+
 def test_module_parts_compiled_by_a_helper_process(monkeypatch, tmp_path, own_workers):
   g, workers = _transformer_graphs(monkeypatch, 1, tmp_path)
-  assert len(g.plan.object_code) == 2, "the graph's kernels went to two modules"
   assert len(workers.procs) == 1 and workers.procs[0].poll() is None, "one helper process, still serving"
-  here = [k.name for k in g.kernels if f"@{k.name}(" in g.program.optimized_ir]
-  assert 0 < len(here) < len(g.kernels), "this process optimized only its own part"
+  assert 0 < _optimized_here(g) < g.n_kernels, "this process optimized only its own batch"
 
 
-def test_without_helpers_one_module(monkeypatch, tmp_path, own_workers):
+def test_without_helpers_everything_compiles_here(monkeypatch, tmp_path, own_workers):
   g, workers = _transformer_graphs(monkeypatch, 0, tmp_path)
-  assert len(g.plan.object_code) == 1 and workers.procs == []
+  assert workers.procs == [] and _optimized_here(g) == g.n_kernels
 
 
 def test_a_failing_helper_leaves_its_part_to_this_process(monkeypatch, tmp_path, own_workers):
@@ -219,5 +224,22 @@ def test_a_failing_helper_leaves_its_part_to_this_process(monkeypatch, tmp_path,
     original(self, proc, request, pending, i)
   monkeypatch.setattr(cpu.CompileWorkers, "_run", crash_first)
   g, workers = _transformer_graphs(monkeypatch, 1, tmp_path)
-  assert len(g.plan.object_code) == 2, "both parts were compiled, the helper's here"
-  assert all(f"@{k.name}(" in g.program.optimized_ir for k in g.kernels)
+  assert _optimized_here(g) == g.n_kernels, "the helper's batch was compiled here"
+
+
+def test_equal_kernels_share_one_function_and_cached_object(tmp_path, monkeypatch):
+  # the same weight-shaped kernels appear at every batch size: the second size takes their objects from the cache
+  monkeypatch.setenv("TORCH_UOP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("TORCH_UOP_GRAPH_CACHE", "0")
+  fn = lambda x, w: (x @ w).relu() + w.t().sum(0)  # w.t().sum(0) does not depend on the batch size
+  w = torch.randn(16, 16)
+  hits = []
+  for n in (4, 6):
+    torch_uop.reset_metrics()
+    x = torch.randn(n, 16)
+    f, graphs = compiled(fn, x, w)
+    torch.testing.assert_close(f(x, w), fn(x, w))
+    hits.append(torch_uop.metrics()["cache_hits"])
+  assert hits[0] == 0 and hits[1] >= 1
+  g = graphs[-1]
+  assert len(g.plan.signatures) <= g.n_kernels and all(s.startswith("k_") for s in g.plan.signatures)

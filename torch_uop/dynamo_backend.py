@@ -161,7 +161,6 @@ class SizeSpecializedGraph:
 
   def _specialize(self, args: list, signature: tuple):
     from torch_uop.lowering.specialize import specialize
-    from torch._functorch.aot_autograd import make_boxed_func
     t0 = time.perf_counter()
     try:
       static, kept = specialize(self.gm, args)

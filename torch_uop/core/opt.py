@@ -13,7 +13,7 @@ output axes along which some load is invariant, when the kernel reduces. It read
 expressions only; it never runs anything.
 """
 from __future__ import annotations
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, substitute
 
 

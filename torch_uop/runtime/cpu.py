@@ -25,7 +25,7 @@ import sysconfig
 import threading
 import llvmlite.binding as llvm
 from torch_uop.runtime import cache
-from torch_uop.runtime.llvm_worker import compile_module, optimize, read_message, write_message  # noqa: F401
+from torch_uop.runtime.llvm_worker import compile_module, read_message, write_message
 from torch_uop.runtime import llvm_worker
 
 _lock = threading.Lock()
@@ -166,8 +166,9 @@ class CPUProgram:
         self.entries[name] = _new_builtin(ctypes.addressof(mdef), self, None)
 
   def _compile(self, sources: list[str], opt_level: int, entry_parts: list[dict], disk_cache: bool) -> list[bytes]:
-    """Each part's native object: from the disk cache, or compiled, the first missing part here and the others in
-    helper processes at the same time (here too when none is available or one fails)."""
+    """Each module's native object: from the disk cache, or compiled. The modules to compile go in batches of
+    similar size, the first compiled here while helper processes compile the others (here too when none is
+    available or one fails)."""
     cpu_name, features, _ = target_id()
     modules = []
     for src, part_entries in zip(sources, entry_parts):
@@ -178,18 +179,39 @@ class CPUProgram:
     keys = [cache.key(m, *target_id(), str(opt_level)) for m in modules]
     objects = [cache.load(k) if disk_cache else None for k in keys]
     todo = [i for i, o in enumerate(objects) if o is None]
-    self.cache_hit = not todo
-    pending = compile_workers().submit([(modules[i], cpu_name, features, opt_level) for i in todo[1:]])
+    self.cache_hit, self.objects_from_cache = not todo, len(modules) - len(todo)
+    workers = compile_workers()
+    batches = balanced_batches([(i, len(modules[i])) for i in todo], workers.n + 1)
+    pending = workers.submit([([modules[i] for i in batch], cpu_name, features, opt_level) for batch in batches[1:]])
     optimized = []
-    for n, i in enumerate(todo):
-      obj = pending.result(n - 1) if n > 0 else None
-      if obj is None:
-        obj, mod = compile_module(modules[i], cpu_name, features, opt_level)
-        optimized.append(str(mod))
-      objects[i] = obj
-      if disk_cache: cache.store(keys[i], obj)
+    for n, batch in enumerate(batches):
+      objs = pending.result(n - 1) if n > 0 else None
+      for j, i in enumerate(batch):
+        if objs is None:
+          obj, mod = compile_module(modules[i], cpu_name, features, opt_level)
+          optimized.append(str(mod))
+        else: obj = objs[j]
+        objects[i] = obj
+        if disk_cache: cache.store(keys[i], obj)
     self.optimized_ir = "\n".join(optimized) if todo else None
     return objects
+
+
+# below this much LLVM IR to compile, everything compiles in the calling process: a helper would cost more than it saves
+PARALLEL_MIN_BYTES = 40_000
+
+
+def balanced_batches(items: list[tuple[object, int]], max_batches: int) -> list[list]:
+  """(item, size) pairs grouped into at most `max_batches` batches of similar total size (largest first, each to
+  the smallest batch), one batch when the whole is small; empty batches are dropped."""
+  total = sum(size for _, size in items)
+  n = max(1, min(max_batches, total // PARALLEL_MIN_BYTES, len(items)))
+  batches, sizes = [[] for _ in range(n)], [0] * n
+  for item, size in sorted(items, key=lambda it: -it[1]):
+    k = sizes.index(min(sizes))
+    batches[k].append(item)
+    sizes[k] += size
+  return [b for b in batches if b]
 
 
 def compile_worker_count() -> int:
@@ -201,12 +223,12 @@ def compile_worker_count() -> int:
 
 
 class _Pending:
-  """Replies of requests handed to helper processes: `result(i)` waits for request i's object (None: it failed)."""
+  """Replies of requests handed to helper processes: `result(i)` waits for request i's objects (None: it failed)."""
 
   def __init__(self, n: int):
     self.objects, self.threads = [None] * n, []
 
-  def result(self, i: int) -> bytes | None:
+  def result(self, i: int) -> list[bytes] | None:
     self.threads[i].join()
     return self.objects[i]
 

@@ -13,9 +13,8 @@ another thread) takes `_call_general`. Outputs are allocated by torch, never in 
 strides eager gives them (AOTAutograd compiles the backward for the saved tensors' eager layouts).
 """
 from __future__ import annotations
+import hashlib
 import math
-import pickle
-import re
 from dataclasses import dataclass
 import sys
 import threading
@@ -31,7 +30,7 @@ from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_llvm
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
 from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported, parallel_entry_ir, openmp_supported, \
-    compile_worker_count, compile_workers
+    compile_workers
 from torch_uop.runtime import threads
 from torch_uop import counters as _metrics
 
@@ -63,7 +62,7 @@ except ImportError:  # pragma: no cover
 
 @dataclass
 class KernelStep:
-  name: str          # the kernel's function in the program
+  name: str          # the kernel's function in the program (a name derived from its code, see _kernel_symbol)
   slots: list        # buffer slots it takes, output first
   out_slot: int
   shape: tuple
@@ -74,6 +73,7 @@ class KernelStep:
   work: int          # scalar operations per call, roughly (_kernel_work)
   entry: str | None  # its builtin launcher, for small kernels
   parallel_entry: str | None = None  # its OpenMP launcher, for kernels worth several threads
+  label: str = ""    # the kernel's name in this graph (e.g. forward1_k3), for people reading profiles
 
 
 @dataclass
@@ -153,21 +153,28 @@ class CompiledGraph:
     self.kernels = [k for _, k in kernels]
     self.sources = sources
     if debug >= 2: self._print_kernels(sched, sources)
-    signatures = {k.name: len(k.buffers) for _, k in kernels}
     work = {k.name: _kernel_work(k) for _, k in kernels}
+    # each kernel is its own LLVM module, under a name derived from its code: a kernel seen before (in this graph,
+    # another graph or another size of it) is one function, and its native object comes from the disk cache
+    symbols = {k.name: _kernel_symbol(k, src) for (_, k), src in zip(kernels, sources)}
+    modules: dict = {}  # symbol -> (IR, launchers)
+    for (_, k), src in zip(kernels, sources):
+      sym = symbols[k.name]
+      if sym in modules: continue
+      entries = {}
+      # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
+      if python_entries_supported() and work[k.name] < ENTRY_MAX_WORK:
+        entries[f"{sym}_py"] = python_entry_ir(f"{sym}_py", sym, len(k.buffers), max(k.split_size, 1))
+      if threads.max_threads(k.split_size, work[k.name]) > 1 and openmp_supported():
+        entries[f"{sym}_par"] = parallel_entry_ir(f"{sym}_par", sym, len(k.buffers), k.split_size)
+      modules[sym] = (src.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers))
+    signatures = {sym: nbuf for sym, (_, _, nbuf) in modules.items()}
     program = None
     if kernels:
       with _Timer("llvm"):
-        # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
-        entries = {f"{k.name}_py": python_entry_ir(f"{k.name}_py", k.name, len(k.buffers), max(k.split_size, 1))
-                   for _, k in kernels if python_entries_supported() and work[k.name] < ENTRY_MAX_WORK}
-        entries.update({f"{k.name}_par": parallel_entry_ir(f"{k.name}_par", k.name, len(k.buffers), k.split_size)
-                        for _, k in kernels if threads.max_threads(k.split_size, work[k.name]) > 1 and openmp_supported()})
-        parts = _split_into_parts([(k.name, src) for (_, k), src in zip(kernels, sources)], compile_worker_count() + 1)
-        program = CPUProgram([_merge_modules([src for _, src in part]) for part in parts], signatures, opt_level,
-                             [{e: ir for e, ir in entries.items() if e.rsplit("_", 1)[0] in {n for n, _ in part}}
-                              for part in parts])
-      if program.cache_hit: _metrics.state()["cache_hits"] += 1
+        program = CPUProgram([ir for ir, _, _ in modules.values()], signatures, opt_level,
+                             [entries for _, entries, _ in modules.values()])
+      _metrics.state()["cache_hits"] += program.objects_from_cache
     _metrics.state()["kernels_compiled"] += len(kernels)
 
     # plan the steps: ("kernel", KernelStep) | ("fallback", FallbackStep), with buffer lifetimes
@@ -177,10 +184,11 @@ class CompiledGraph:
       if isinstance(item, KernelItem):
         info = self.buffers[item.out_slot]
         k = kernel_of[id(item)]
-        steps.append(("kernel", KernelStep(k.name, k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
+        sym = symbols[k.name]
+        steps.append(("kernel", KernelStep(sym, k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
                                            math.prod(info.shape) == 0, k.split_size, work[k.name],
-                                           f"{k.name}_py" if program is not None and f"{k.name}_py" in program.entries else None,
-                                           f"{k.name}_par" if program is not None and f"{k.name}_par" in program.entries else None)))
+                                           f"{sym}_py" if f"{sym}_py" in program.entries else None,
+                                           f"{sym}_par" if f"{sym}_par" in program.entries else None, k.name)))
       else:
         steps.append(("fallback", FallbackStep(item.node.arg, [src.shape for src in item.node.src], item.in_slots, item.out_slots)))
     self.n_fallbacks = sum(1 for s in steps if s[0] == "fallback")
@@ -242,7 +250,7 @@ class CompiledGraph:
                                   program.entries.get(step.parallel_entry) if step.parallel_entry else None)))
       else:
         self.steps.append((kind, step))
-    self.n_kernels = len(plan.signatures)
+    self.n_kernels = sum(1 for kind, _ in plan.steps if kind == "kernel")
     self.outputs, self.complex_outputs, self.release = plan.outputs, plan.complex_outputs, plan.release
     self.arena_offsets, self.arena_bytes = plan.arena_offsets, plan.arena_bytes
     self.arena = None
@@ -388,7 +396,7 @@ class CompiledGraph:
         self._run_fallback(payload, bufs)
       if prof is not None:
         step = self.plan.steps[i][1]
-        name = f"{step.name} {tuple(step.shape)}" if kind == "kernel" else f"fallback {step.op.name}"
+        name = f"{step.label or step.name} {tuple(step.shape)}" if kind == "kernel" else f"fallback {step.op.name}"
         calls, secs = prof.get(name, (0, 0.0))
         prof[name] = (calls + 1, secs + time.perf_counter() - t0)
       for s in release: del bufs[s]
@@ -489,6 +497,13 @@ def _as_complex(t: torch.Tensor) -> torch.Tensor:
   return torch.view_as_complex(t)
 
 
+def _kernel_symbol(k, source: str) -> str:
+  """The kernel's function name in native code: a digest of its LLVM IR (with its own name taken out) and its
+  thread-split size (which its launchers bake in), so equal kernels share one function and one cached object."""
+  code = source.replace(f"@{k.name}(", "@kernel(", 1) + f"|split={k.split_size}"
+  return "k_" + hashlib.sha256(code.encode()).hexdigest()[:24]
+
+
 def _kernel_work(k) -> int:
   """Scalar operations one call of a kernel does, roughly: its loop trip counts times its body size."""
   trips = 1
@@ -511,35 +526,3 @@ def _one_element_per_location(shape: tuple, strides: tuple) -> bool:
   return True
 
 
-# below this much LLVM IR a module compiles in one piece: a helper process would cost more than it saves
-PART_MIN_BYTES = 40_000
-
-
-def _split_into_parts(named_sources: list[tuple[str, str]], max_parts: int) -> list[list[tuple[str, str]]]:
-  """Kernels grouped into at most `max_parts` modules of similar size (largest first, each to the smallest part),
-  compiled side by side (cpu.CompileWorkers); one part when the whole is small."""
-  total = sum(len(src) for _, src in named_sources)
-  n = max(1, min(max_parts, total // PART_MIN_BYTES, len(named_sources)))
-  parts, sizes = [[] for _ in range(n)], [0] * n
-  for name, src in sorted(named_sources, key=lambda ns: -len(ns[1])):
-    i = sizes.index(min(sizes))
-    parts[i].append((name, src))
-    sizes[i] += len(src)
-  return parts
-
-
-def _merge_modules(sources: list[str]) -> str:
-  """Concatenate kernel functions into one module: each external declared once, each kernel's
-  numbered metadata shifted past the previous kernels'."""
-  decls, bodies, meta = set(), [], []
-  offset = 0
-  for src in sources:
-    lines = src.splitlines()
-    decls.update(l for l in lines if l.startswith("declare "))
-    mine = [l for l in lines if l.startswith("!")]
-    shift = lambda text, k=offset: re.sub(r"!(\d+)", lambda m: f"!{int(m.group(1)) + k}", text)
-    body = "\n".join(l for l in lines if not l.startswith(("declare ", "attributes", "!")))
-    bodies.append(re.sub(r"!llvm\.loop !(\d+)", lambda m: shift(m.group(0)), body))
-    meta.extend(shift(l) for l in mine)
-    offset += len(mine)
-  return "\n".join(sorted(decls)) + "\n" + "\n".join(bodies) + "\nattributes #0 = { nounwind }\n" + "\n".join(meta) + "\n"

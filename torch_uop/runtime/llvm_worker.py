@@ -7,7 +7,8 @@ such objects into its JIT.
 llvmlite serializes every call behind one lock, so threads cannot compile modules side by side; this
 file also runs as a helper process (`python llvm_worker.py`, started by cpu.CompileWorkers) that
 compiles modules sent over its stdin: one request at a time, each a length-prefixed pickle of
-(source, cpu, features, opt_level), answered on stdout with ("ok", object bytes) or ("error", message).
+([source, ...], cpu, features, opt_level), answered on stdout with ("ok", [object bytes, ...]) or
+("error", message).
 It imports nothing but llvmlite and the standard library, so it starts in a fraction of a second, and
 it exits when its stdin closes (its parent ended or dropped it).
 """
@@ -72,7 +73,8 @@ def read_message(stream):
 
 def serve(inp, out) -> None:
   while (request := read_message(inp)) is not None:
-    try: reply = ("ok", compile_object(*request))
+    sources, cpu, features, opt_level = request
+    try: reply = ("ok", [compile_object(src, cpu, features, opt_level) for src in sources])
     except Exception as e: reply = ("error", f"{type(e).__name__}: {e}")
     write_message(out, reply)
 
