@@ -17,6 +17,7 @@ from torch._dynamo import register_backend
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch_uop.config import Config
 from torch_uop import counters as _metrics
+from torch_uop.lowering.specialize import call_signature
 
 aten = torch.ops.aten
 
@@ -144,14 +145,15 @@ class SizeSpecializedGraph:
   MAX_SPECIALIZATIONS = 64  # beyond this many signatures, the oldest compiled one is dropped
 
   def __init__(self, gm: torch.fx.GraphModule, config: Config, kind: str):
+    from torch_uop.lowering.specialize import signature_positions
     self.gm, self.config, self.kind = gm, config, kind
     self.compiled: dict = {}  # call signature -> (callable, positions of the arguments it takes)
     self._boxed_call = True  # AOTAutograd passes one list of arguments
+    self.positions = signature_positions(gm)
 
   def __call__(self, *args):
-    from torch_uop.lowering.specialize import call_signature
     args = args[0] if len(args) == 1 and type(args[0]) is list else list(args)
-    signature = call_signature(args)
+    signature = call_signature(args, *self.positions)
     entry = self.compiled.get(signature)
     if entry is None: entry = self._specialize(args, signature)
     fn, kept = entry

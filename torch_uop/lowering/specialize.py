@@ -33,10 +33,18 @@ def has_symbolic_sizes(gm: torch.fx.GraphModule) -> bool:
   return any(is_symbolic(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder")
 
 
-def call_signature(args) -> tuple:
-  """What a static graph is specialized on: each tensor's shape and strides, each scalar's value. (Dtypes and
-  devices are guarded by Dynamo; the compiled graph checks them again.)"""
-  return tuple((a.shape, a.stride()) if isinstance(a, torch.Tensor) else a for a in args)
+def signature_positions(gm: torch.fx.GraphModule) -> tuple[list[int], list[int]]:
+  """Which arguments decide a graph's sizes: the positions of its size (SymInt/SymFloat/SymBool) placeholders and
+  of its tensors with symbolic sizes or strides. A tensor with static ones has them guarded by Dynamo (or made
+  by the static copy of the graph before), and the compiled graph re-checks every layout anyway."""
+  vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+  return ([i for i, v in enumerate(vals) if isinstance(v, _SYM)],
+          [i for i, v in enumerate(vals) if isinstance(v, torch.Tensor) and is_symbolic(v)])
+
+
+def call_signature(args, scalars: list[int], tensors: list[int]) -> tuple:
+  """What a static copy is specialized on: the size arguments' values and the symbolic tensors' shapes and strides."""
+  return tuple(args[i] for i in scalars) + tuple((args[i].shape, args[i].stride()) for i in tensors)
 
 
 def specialize(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModule, list[int]]:
