@@ -1,11 +1,11 @@
 """CPU device: LLVM IR text -> native code through llvmlite, for the host CPU.
 
-`CPUProgram(source, signatures)` compiles one module, or several (parts) side by side, each to a native
+`CPUProgram(source, signatures)` compiles one module, or several (e.g. one per kernel), each to a native
 object (runtime/llvm_worker.py: O3 pipeline with loop and SLP vectorization, for the host CPU and its
 features), loads the objects into one MCJIT engine and exposes each kernel (name -> number of buffer
 arguments) as a ctypes function taking one `void*` per buffer and the bounds of its thread-split loop.
-llvmlite compiles one module at a time per process, so parts beyond the first go to helper processes
-(`CompileWorkers`, TORCH_UOP_COMPILE_WORKERS). `python_entry_ir` writes a launcher that Python calls as
+llvmlite compiles one module at a time per process, so modules to compile go in batches, all but the first
+to helper processes (`CompileWorkers`, TORCH_UOP_COMPILE_WORKERS). `python_entry_ir` writes a launcher that Python calls as
 a builtin function (METH_FASTCALL) with the buffers' addresses as ints and that calls one kernel on the calling
 thread: about 0.1 µs a call, where a ctypes call costs 1 µs or more. Native objects are kept in the disk cache
 (runtime/cache.py): a later process with the same IR skips optimization and code generation

@@ -1,7 +1,8 @@
 """The executor: a LoweredGraph -> the callable PyTorch calls in place of the FX graph.
 
-At compile time: schedule the tensor graph, build and linearize each kernel, render all kernels
-into one LLVM module and compile it, and plan every step (which buffers to allocate, which to free
+At compile time: schedule the tensor graph, build and linearize each kernel, render each kernel as
+its own LLVM module (named by a digest of its code, so equal kernels are one function and a kernel
+compiled before loads from the disk cache), compile them (runtime/cpu.py), and plan every step (which buffers to allocate, which to free
 after their last use). Intermediates that only kernels touch share one arena: each gets an offset,
 and two share bytes only if their lifetimes do not overlap; an arena up to ARENA_KEEP_BYTES is
 allocated once and kept (guarded by a lock), a bigger one once per call. At the first call the call
