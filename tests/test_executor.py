@@ -243,3 +243,14 @@ def test_equal_kernels_share_one_function_and_cached_object(tmp_path, monkeypatc
   assert hits[0] == 0 and hits[1] >= 1
   g = graphs[-1]
   assert len(g.plan.signatures) <= g.n_kernels and all(s.startswith("k_") for s in g.plan.signatures)
+
+
+def test_helpers_that_cannot_start_are_given_up(monkeypatch, tmp_path, own_workers):
+  # an interpreter that cannot run the helper: every batch compiles here, and after a few failures no more
+  # helper processes are started
+  from torch_uop.runtime import cpu
+  monkeypatch.setattr(cpu.sys, "executable", "/bin/false")
+  for _ in range(cpu.CompileWorkers.MAX_FAILURES):
+    g, workers = _transformer_graphs(monkeypatch, 1, tmp_path / str(_))
+    assert _optimized_here(g) == g.n_kernels
+  assert workers.n == 0 and workers.failures == cpu.CompileWorkers.MAX_FAILURES

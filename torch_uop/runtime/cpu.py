@@ -235,10 +235,13 @@ class _Pending:
 
 class CompileWorkers:
   """Helper processes running runtime/llvm_worker.py, started on first use and kept for the process's life.
-  One request per process at a time; a process that fails is dropped (its request is compiled by the caller)."""
+  One request per process at a time; a process that fails is dropped (its request is compiled by the caller),
+  and after MAX_FAILURES of them no more are started (e.g. an interpreter that cannot run the helper)."""
+
+  MAX_FAILURES = 3
 
   def __init__(self, n: int):
-    self.n, self.pid, self.procs = n, os.getpid(), []
+    self.n, self.pid, self.procs, self.failures = n, os.getpid(), [], 0
     self.lock = threading.Lock()
 
   def start(self) -> None:
@@ -272,7 +275,10 @@ class CompileWorkers:
     except (OSError, ValueError, EOFError):
       reply = None
     if reply is not None and reply[0] == "ok": pending.objects[i] = reply[1]
-    elif reply is None: proc.kill()  # no answer: the process is gone or broken, and is not used again
+    elif reply is None:  # no answer: the process is gone or broken, and is not used again
+      proc.kill()
+      self.failures += 1
+      if self.failures >= self.MAX_FAILURES: self.n = 0
 
   def close(self) -> None:
     for p in self.procs:
