@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite, substitute
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten
-from torch_uop.core.symbolic import simplify, simplify_given
+from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
 from torch_uop.core.opt import KernelOpts, heuristic_opts
 from torch_uop.core.transcendental import transcendental
@@ -83,12 +83,13 @@ class _Evaluator:
       inner_gate = _simplify(gate & valid)
       # what is read here is only used where the mask holds: the index may assume it (a concatenation's
       # (r - 32) % 64 for r in [32, 64) is r - 32)
-      flat = simplify_given(flat, inner_gate)
+      limits = range_limits(inner_gate) if inner_gate.op is not Ops.CONST else {}
+      flat = simplify_within(flat, limits)
       if src.op is Ops.CONST: value = src
       elif src in slots and src is not self.item.root and src.op is Ops.BUFFER:
         value = self.load(slots[src], src.dtype, flat, inner_gate)
       else:
-        src_idxs = tuple(simplify_given(i, inner_gate) for i in unflatten(flat, src.shape))
+        src_idxs = tuple(simplify_within(i, limits) for i in unflatten(flat, src.shape))
         value = self.eval(src, src_idxs, inner_gate)
       if valid.op is Ops.CONST and valid.arg: return value
       return valid.where(value, UOp.const(value.dtype, 0))

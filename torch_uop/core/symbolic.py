@@ -287,10 +287,13 @@ def range_limits(valid: UOp) -> dict:
 
 def simplify_given(u: UOp, valid: UOp) -> UOp:
   """simplify(u), also using the loop limits that `valid` implies: right wherever valid holds, which is all a
-  gated load's index must be. (r + 32) % 64 with r < 96 stays; with valid = r < 32 it becomes r + 32.
-  Each limited range r in [lo, hi) is replaced by a fresh range of hi - lo iterations plus lo, simplified, and
-  put back."""
-  limits = range_limits(valid) if valid.op is not Ops.CONST else {}
+  gated load's index must be. (r + 32) % 64 with r < 96 stays; with valid = r < 32 it becomes r + 32."""
+  return simplify_within(u, range_limits(valid) if valid.op is not Ops.CONST else {})
+
+
+def simplify_within(u: UOp, limits: dict) -> UOp:
+  """simplify(u) with each range r of `limits` (from range_limits) known to lie in [lo, hi): r is replaced by a
+  fresh range of hi - lo iterations plus lo, simplified, and put back."""
   if not limits: return simplify(u)
   const = lambda v: UOp.const(dtypes.index, v)
   fresh = {r: UOp(Ops.RANGE, r.dtype, (const(hi - lo),), (r.arg, "limited", lo)) for r, (lo, hi) in limits.items()}

@@ -141,10 +141,10 @@ class CPUProgram:
     sources = source if isinstance(source, list) else [source]
     entry_parts = entries if isinstance(entries, list) else [entries or {}]
     all_entries = {name: ir for part in entry_parts for name, ir in part.items()}
+    self.optimized_ir, self.objects_from_cache = None, 0
     with _lock:
       _init_llvm()
       if object_code is not None:
-        self.cache_hit, self.optimized_ir = True, None
         objects = list(object_code)
       else:
         objects = self._compile(sources, opt_level, entry_parts, disk_cache)
@@ -179,7 +179,7 @@ class CPUProgram:
     keys = [cache.key(m, *target_id(), str(opt_level)) for m in modules]
     objects = [cache.load(k) if disk_cache else None for k in keys]
     todo = [i for i, o in enumerate(objects) if o is None]
-    self.cache_hit, self.objects_from_cache = not todo, len(modules) - len(todo)
+    self.objects_from_cache = len(modules) - len(todo)
     workers = compile_workers()
     batches = balanced_batches([(i, len(modules[i])) for i in todo], workers.n + 1)
     pending = workers.submit([([modules[i] for i in batch], cpu_name, features, opt_level) for batch in batches[1:]])
@@ -193,7 +193,7 @@ class CPUProgram:
         else: obj = objs[j]
         objects[i] = obj
         if disk_cache: cache.store(keys[i], obj)
-    self.optimized_ir = "\n".join(optimized) if todo else None
+    self.optimized_ir = "\n".join(optimized) if todo else None  # None: nothing was optimized in this process
     return objects
 
 

@@ -2,8 +2,8 @@
 
 At compile time: schedule the tensor graph, build and linearize each kernel, render each kernel as
 its own LLVM module (named by a digest of its code, so equal kernels are one function and a kernel
-compiled before loads from the disk cache), compile them (runtime/cpu.py), and plan every step (which buffers to allocate, which to free
-after their last use). Intermediates that only kernels touch share one arena: each gets an offset,
+compiled before loads from the disk cache), compile them (runtime/cpu.py), and plan every step
+(which buffers to allocate, which to free after their last use). Intermediates that only kernels touch share one arena: each gets an offset,
 and two share bytes only if their lifetimes do not overlap; an arena up to ARENA_KEEP_BYTES is
 allocated once and kept (guarded by a lock), a bigger one once per call. At the first call the call
 path is generated as straight-line Python (`call_source`): check each input's dtype, shape and
@@ -97,8 +97,8 @@ class GraphPlan:
   release: list            # per step: slots dead after it
   arena_offsets: dict
   arena_bytes: int
-  signatures: dict         # kernel name -> number of buffers
-  object_code: list[bytes] | None  # native objects, one per compiled module part
+  signatures: dict         # kernel function (KernelStep.name) -> number of buffers
+  object_code: list[bytes] | None  # native objects, one per kernel module
   peak_bytes: tuple        # (planned, unplanned)
 
 
@@ -158,7 +158,7 @@ class CompiledGraph:
     # each kernel is its own LLVM module, under a name derived from its code: a kernel seen before (in this graph,
     # another graph or another size of it) is one function, and its native object comes from the disk cache
     symbols = {k.name: _kernel_symbol(k, src) for (_, k), src in zip(kernels, sources)}
-    modules: dict = {}  # symbol -> (IR, launchers)
+    modules: dict = {}  # symbol -> (IR, launchers' IR by name, number of buffers)
     for (_, k), src in zip(kernels, sources):
       sym = symbols[k.name]
       if sym in modules: continue
