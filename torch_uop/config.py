@@ -3,8 +3,10 @@
 torch.compile(..., options={...}) keys: `debug` (int), `opt_level` (0-3, LLVM pipeline level),
 `device` ("cpu"), `fallback_whole_graph` (bool: run the FX graph eagerly, for bisecting), `beam` (int:
 width of the BEAM search over each kernel's opts, core/search.py; 0 = the heuristic), `graph_cache` (bool: reuse
-whole compiled graphs from the disk cache, runtime/graph_cache.py; default on).
-Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu, TORCH_UOP_BEAM=N, TORCH_UOP_GRAPH_CACHE=0; the
+whole compiled graphs from the disk cache, runtime/graph_cache.py; default on), `symbolic_shapes` (bool: compile a
+graph with symbolic sizes once, with size variables in its kernels; off: a static copy per size; default on).
+Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu, TORCH_UOP_BEAM=N, TORCH_UOP_GRAPH_CACHE=0,
+TORCH_UOP_SYMBOLIC_SHAPES=0; the
 kernel disk cache reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over
 environment variables.
 """
@@ -36,6 +38,7 @@ class Config:
   fallback_whole_graph: bool = False
   beam: int = 0
   graph_cache: bool = True
+  symbolic_shapes: bool = True
 
   @staticmethod
   def from_options(options: dict | None = None) -> Config:
@@ -43,7 +46,8 @@ class Config:
                  opt_level=int(os.environ.get("TORCH_UOP_OPT_LEVEL", "3") or 3),
                  device=os.environ.get("TORCH_UOP_DEVICE", "cpu"),
                  beam=_coerce("TORCH_UOP_BEAM", os.environ.get("TORCH_UOP_BEAM", "0") or 0, int),
-                 graph_cache=_coerce("TORCH_UOP_GRAPH_CACHE", os.environ.get("TORCH_UOP_GRAPH_CACHE", "1"), bool))
+                 graph_cache=_coerce("TORCH_UOP_GRAPH_CACHE", os.environ.get("TORCH_UOP_GRAPH_CACHE", "1"), bool),
+                 symbolic_shapes=_coerce("TORCH_UOP_SYMBOLIC_SHAPES", os.environ.get("TORCH_UOP_SYMBOLIC_SHAPES", "1"), bool))
     known = {f.name for f in fields(Config)}
     for k, v in (options or {}).items():
       if k not in known: raise ValueError(f"torch_uop: unknown option {k!r}; known options: {sorted(known)}")

@@ -7,6 +7,7 @@ import sys
 _fresh = lambda: {
   "graphs_compiled": 0,          # FX graphs handed to torch_uop (forward, backward and inference count apart)
   "graphs_fallen_back": 0,       # graphs run whole by torch (e.g. inputs on another device)
+  "symbolic_graphs": 0,          # graphs with symbolic sizes compiled once, with size variables in their kernels
   "size_specializations": 0,     # static copies compiled for one call's sizes of a graph with symbolic sizes
   "nodes_lowered": 0,            # ATen nodes translated to UOps
   "nodes_fallen_back": collections.Counter(),  # ATen op name -> nodes run by torch inside a compiled graph

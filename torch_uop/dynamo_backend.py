@@ -135,6 +135,47 @@ def _graph_from_entry(entry, config: Config, kind: str, t0: float, specializatio
   return compiled
 
 
+class SymbolicGraph:
+  """A graph compiled once with size variables (CompiledGraph template), the guards its compile recorded, and
+  where a call's arguments hold each variable's value (SizeVars)."""
+
+  def __init__(self, compiled, sizes, guards: list, pinned: set):
+    self.compiled, self.sizes, self.guards, self.pinned = compiled, sizes, guards, pinned
+
+  def accepts(self, values: dict) -> bool:
+    from torch_uop.core.sym import guards_hold
+    return all(v.arg[1] <= values[name] <= v.arg[2] for name, v in self.sizes.vars.items()) and \
+        guards_hold(self.guards, values)
+
+
+def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config, kind: str) -> SymbolicGraph:
+  """Lower and compile a graph with symbolic sizes as it is: its kernels take the size variables' values at run
+  time. The sizes of `args` are the hints for the decisions that need a value (each recorded as a guard).
+  Raises whatever the symbolic path cannot hold (the caller compiles static copies instead)."""
+  from torch_uop.lowering.graph import lower_graph
+  from torch_uop.lowering.specialize import SizeVars
+  from torch_uop.runtime.executor import CompiledGraph
+  from torch_uop.core.sym import SizeContext
+  import torch_uop.lowering  # noqa: F401  fills the registry
+  st = _metrics.state()
+  t0 = time.perf_counter()
+  sizes = SizeVars(gm)
+  decided = sizes.torch_decisions()
+  with SizeContext(sizes.values(args)) as ctx:
+    lowered = lower_graph(gm, config.debug, sizes)
+    st["compile_time_s"]["lowering"] += time.perf_counter() - t0
+    name = f"{kind}{st['graphs_compiled']}_sym{st['symbolic_graphs']}"
+    compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
+                             size_vars=list(sizes.vars.values()))
+  if compiled.storage_offset_guards: raise NotImplementedError("storage offset guards")
+  if sizes.torch_decisions() != decided: raise NotImplementedError("a lowering turned a torch SymInt into an int")
+  st["symbolic_graphs"] += 1
+  st["nodes_lowered"] += lowered.nodes_lowered
+  for op in lowered.fallbacks: st["nodes_fallen_back"][op] += 1
+  st["compile_time_s"]["total"] += time.perf_counter() - t0
+  return SymbolicGraph(compiled, sizes, ctx.guards, ctx.pinned)
+
+
 class SizeSpecializedGraph:
   """The callable for a graph with symbolic sizes (dynamic=True, mark_dynamic, automatic dynamic shapes).
   Dynamo and AOTAutograd trace it once; at each call this looks up the sizes and strides of the arguments
@@ -143,11 +184,14 @@ class SizeSpecializedGraph:
   cannot be made runs the symbolic graph in torch for that signature, counted in graphs_fallen_back."""
 
   MAX_SPECIALIZATIONS = 64  # beyond this many signatures, the oldest compiled one is dropped
+  MAX_SYMBOLIC = 4  # symbolic compiles of one graph (each for sizes the earlier ones' guards refuse)
 
   def __init__(self, gm: torch.fx.GraphModule, config: Config, kind: str):
     from torch_uop.lowering.specialize import signature_positions
     self.gm, self.config, self.kind = gm, config, kind
     self.compiled: dict = {}  # call signature -> (callable, positions of the arguments it takes)
+    self.symbolic: list = []  # SymbolicGraph
+    self.symbolic_failures = 0
     self._boxed_call = True  # AOTAutograd passes one list of arguments
     self.positions = signature_positions(gm)
 
@@ -155,11 +199,45 @@ class SizeSpecializedGraph:
     args = args[0] if len(args) == 1 and type(args[0]) is list else list(args)
     signature = call_signature(args, *self.positions)
     entry = self.compiled.get(signature)
-    if entry is None: entry = self._specialize(args, signature)
+    if entry is None: entry = self._for_signature(args, signature)
     fn, kept = entry
     call_args = [args[i] for i in kept] if kept is not None else list(args)
     args.clear()  # boxed convention: the caller's references to the inputs go
     return fn(call_args)
+
+  def _for_signature(self, args: list, signature: tuple):
+    """The callable for a new signature: an instance of a symbolic graph whose guards its sizes pass (compiling
+    one if none does, up to MAX_SYMBOLIC), else a static copy."""
+    if self.config.symbolic_shapes:
+      for graph in self.symbolic:
+        values = graph.sizes.values(args)
+        if graph.accepts(values): return self._remember(signature, (graph.compiled.instance(values), None))
+      if self.symbolic_failures == 0 and len(self.symbolic) < self.MAX_SYMBOLIC:
+        graph = self._compile_symbolic(args)
+        if graph is not None:
+          self.symbolic.append(graph)
+          return self._remember(signature, (graph.compiled.instance(graph.sizes.values(args)), None))
+    return self._specialize(args, signature)
+
+  def _remember(self, signature: tuple, entry):
+    if len(self.compiled) >= self.MAX_SPECIALIZATIONS: self.compiled.pop(next(iter(self.compiled)))
+    self.compiled[signature] = entry
+    return entry
+
+  def _compile_symbolic(self, args: list):
+    t0 = time.perf_counter()
+    try:
+      graph = compile_symbolic_graph(self.gm, args, self.config, self.kind)
+    except Exception as e:  # anything the symbolic path cannot hold: static copies instead
+      self.symbolic_failures += 1
+      if self.config.debug >= 1:
+        print(f"[torch_uop] no symbolic {self.kind} graph ({type(e).__name__}: {e}); compiling per size", file=sys.stderr)
+      if self.config.debug >= 3: import traceback; traceback.print_exc()
+      return None
+    if self.config.debug >= 1:
+      print(f"[torch_uop] symbolic {self.kind} graph compiled in {time.perf_counter() - t0:.3f}s: variables "
+            f"{sorted(graph.sizes.vars)}, {len(graph.guards)} guards, pinned {sorted(graph.pinned)}", file=sys.stderr)
+    return graph
 
   def _specialize(self, args: list, signature: tuple):
     from torch_uop.lowering.specialize import specialize
@@ -171,8 +249,7 @@ class SizeSpecializedGraph:
       if self.config.debug >= 1: print(f"[torch_uop] no static {self.kind} graph for {signature}: {type(e).__name__}: {e}",
                                        file=sys.stderr)
       entry = _whole_graph_fallback(self.gm, f"sizes not specializable: {type(e).__name__}", self.config), None
-    if len(self.compiled) >= self.MAX_SPECIALIZATIONS: self.compiled.pop(next(iter(self.compiled)))
-    self.compiled[signature] = entry
+    self._remember(signature, entry)
     if self.config.debug >= 1:
       print(f"[torch_uop] {self.kind} graph specialized for sizes {[tuple(s[0]) if isinstance(s, tuple) else s for s in signature]} "
             f"in {time.perf_counter() - t0:.3f}s", file=sys.stderr)

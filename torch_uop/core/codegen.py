@@ -19,6 +19,7 @@ from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
 from torch_uop.core.opt import KernelOpts, heuristic_opts
 from torch_uop.core.transcendental import transcendental
+from torch_uop.core.sym import Sym
 
 IDX = dtypes.index
 LOOP_AXIS_BASE = 1000  # axis ids of LT.loop counters (output axes count from 0, reduce axes from 100)
@@ -43,7 +44,7 @@ class Kernel:
   buffer_dtypes: list
   program: list            # linear UOps
   opts: KernelOpts = None
-  split_size: int = 0      # iterations of the thread-split loop (0: the kernel has none)
+  split_size: int = 0      # iterations of the thread-split loop (0: the kernel has none); a core.sym.Sym if symbolic
 
 
 class _Evaluator:
@@ -75,7 +76,7 @@ class _Evaluator:
     if node is not self.item.root and node in slots:
       if node.op is Ops.BUFFER: return self.load(slots[node], node.dtype, idxs[0], gate)
       return self.load(slots[node], node.dtype, _strided(idxs, self.item.buffers[slots[node]].strides), gate)
-    if node.op is Ops.CONST: return node
+    if node.op in (Ops.CONST, Ops.DEFINE_VAR): return node
     if node.op is Ops.VIEW:
       flat, valid = node.arg.to_indexed(list(idxs))
       valid = _simplify(valid)
@@ -186,10 +187,17 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) ->
     if not opts.upcast and opts.vector_axis is None: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
   if ast is None: ast, ev = _kernel_ast(item, opts)
   ast = graph_rewrite(ast, transcendental)
+  size_vars = [n for n in ast.toposort() if n.op is Ops.DEFINE_VAR]
+  if size_vars:
+    # the kernel reads the size variables' values from one more buffer argument (the graph's int64 size-variable
+    # buffer, item.size_vars = (its slot, variable name -> position))
+    vars_slot, position = item.size_vars
+    table = ev.buf(vars_slot, dtypes.int64)
+    ast = substitute(ast, {v: UOp(Ops.DEFINE_VAR, IDX, (table,), v.arg + (position[v.arg[0]],)) for v in size_vars})
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
   split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "split"), None)
-  return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], linearize(ast), opts,
-                0 if split is None else split.src[0].arg)
+  split_size = 0 if split is None else split.src[0].arg if split.src[0].op is Ops.CONST else Sym(split.src[0])
+  return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], linearize(ast), opts, split_size)
 
 
 def _ranges_of(u: UOp, cache: dict) -> frozenset:
@@ -223,11 +231,14 @@ def linearize(sink: UOp) -> list[UOp]:
   loop_of = _loop_membership(nodes)
   skip = {Ops.RANGE, Ops.SINK, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.LOOP_VAR}
   program: list[UOp] = [n for n in nodes if n.op is Ops.DEFINE_GLOBAL]
-  program += outer_ranges
   rset = set(reduce_ranges)
   body_nodes = [n for n in nodes if loop_of[n] and n.op not in skip]
   nodes = [n for n in nodes if not loop_of[n]]  # a loop's step is emitted with its LOOP, below
   pre = [n for n in nodes if n.op not in skip and not depends_on_reduce(n) and not (rcache[n] & rset)]
+  # what no loop moves (size variables and arithmetic on them: symbolic loop bounds) comes before every loop
+  program += [n for n in pre if not rcache[n] and n.op is not Ops.STORE]
+  pre = [n for n in pre if rcache[n] or n.op is Ops.STORE]
+  program += outer_ranges
   inner = [n for n in nodes if n.op not in skip and not depends_on_reduce(n) and (rcache[n] & rset)]
   post = [n for n in nodes if n.op not in skip and depends_on_reduce(n) and n.op is not Ops.REDUCE]
   program += [n for n in pre if n.op is not Ops.STORE]

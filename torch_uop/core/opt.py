@@ -15,6 +15,7 @@ expressions only; it never runs anything.
 from __future__ import annotations
 from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, substitute
+from torch_uop.core.sym import is_sym
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,12 @@ MIN_SIMD_REDUCE = 8
 
 
 def _trip_count(r: UOp) -> int:
-  return r.src[0].arg if r.src[0].op is Ops.CONST else 0
+  """A loop's trip count; for a symbolic one, its value in the call being compiled (a heuristic's estimate, never
+  used where correctness depends on it); 0 when it is data."""
+  if r.src[0].op is Ops.CONST: return r.src[0].arg
+  from torch_uop.core.sym import SizeContext, evaluate
+  try: return evaluate(r.src[0], SizeContext.current().hints)
+  except Exception: return 0
 
 
 def stride_along(index: UOp, r: UOp, ranges: list) -> int | None:
@@ -62,7 +68,7 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
   upcast, vector_axis = [], None
   reduce_size = 1
-  for r in (reduces[0].src[1:] if reduces else ()): reduce_size *= r.src[0].arg
+  for r in (reduces[0].src[1:] if reduces else ()): reduce_size *= _trip_count(r)
   # register blocking pays off when each accumulator sees a long enough reduction
   if reduces and reduce_size >= MIN_BLOCKED_REDUCE:
     loads = [n for n in nodes if n.op is Ops.LOAD]
@@ -80,6 +86,7 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
     if not any(contiguous_along(r, loads) and _trip_count(r) >= MIN_SIMD_REDUCE for r in reduce_ranges):
       for axis in sorted(ranges, reverse=True):
         size, r = out_shape[axis], ranges[axis]
+        if is_sym(size): continue  # an upcast needs a size its factor divides, for every size the graph serves
         if size % VECTOR_UPCAST == 0 and contiguous_along(r, loads + stores) and \
            any(not _depends_on(ld.src[1], r, cache) for ld in loads):
           upcast.append((axis, VECTOR_UPCAST)); vector_axis = axis
@@ -88,11 +95,13 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
     for axis in sorted(ranges, reverse=True):
       if len(upcast) == MAX_UPCAST_AXES: break
       size, r = out_shape[axis], ranges[axis]
+      if is_sym(size): continue
       # next to a SIMD axis, a taller tile (8 rows of one vector each) keeps more accumulators in registers
       factor = VECTOR_BLOCK_FACTOR if vector_axis is not None and size % VECTOR_BLOCK_FACTOR == 0 else UPCAST_FACTOR
       if axis == vector_axis or size < factor or size % factor: continue
       if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and any(_depends_on(ld.src[1], r, cache) for ld in loads):
         upcast.append((axis, factor))
   factors = dict(upcast)
+  # (a symbolic size is at least 2 when its variable's range says so; otherwise the split is a guarded decision)
   split = next((a for a in range(len(out_shape)) if out_shape[a] // factors.get(a, 1) >= 2), None)
   return KernelOpts(tuple(sorted(upcast)), split, vector_axis)

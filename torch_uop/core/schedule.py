@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort
 from torch_uop.core.dtypes import DType
 from torch_uop.core.shapetracker import contiguous_strides
+from torch_uop.core.sym import hint
 
 
 @dataclass
@@ -35,6 +36,7 @@ class KernelItem:
   out_slot: int
   realized: dict  # node -> slot, for every realized node this kernel may read
   buffers: dict = field(default_factory=dict)  # slot -> BufferInfo (strides of what it reads and writes)
+  size_vars: tuple | None = None  # graphs with symbolic sizes: (slot of the size-variable buffer, name -> position)
 
 
 @dataclass
@@ -59,7 +61,7 @@ def _expansion(view: UOp) -> int:
   factor = 1
   for v in view.arg.views:
     for size, stride in zip(v.shape, v.strides):
-      if stride == 0 and size > 1: factor *= size
+      if stride == 0 and size > 1: factor *= hint(size)
   return factor
 
 

@@ -23,6 +23,7 @@ def bounds(u: UOp):
 
 def _bounds(u: UOp):
   if u.op is Ops.CONST: return u.arg, u.arg
+  if u.op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]
   if u.dtype.is_float: return -_INF, _INF
   lo_t, hi_t = u.dtype.min(), u.dtype.max()
   if u.op is Ops.RANGE:
@@ -93,7 +94,7 @@ def _const_fold(x: UOp):
 
 def _bounds_fold(x: UOp):
   """A value whose bounds collapse to one number is that number."""
-  if not _is_index(x) or x.op is Ops.CONST or x.op in (Ops.LOAD, Ops.RANGE): return None
+  if not _is_index(x) or x.op in (Ops.CONST, Ops.LOAD, Ops.RANGE, Ops.DEFINE_VAR): return None
   lo, hi = x.vmin, x.vmax
   if lo == hi and not isinstance(lo, float): return UOp.const(x.dtype, lo)
   return None

@@ -46,6 +46,7 @@ class Ops(enum.Enum):
   BREAK_UNLESS = enum.auto()   # src=(cond, RANGE): leave that loop when cond is false
   # leaves
   CONST = enum.auto()
+  DEFINE_VAR = enum.auto()     # a symbolic size (core/sym.py), an index value fixed per call; arg=(name, lo, hi)
   # elementwise
   CAST = enum.auto()
   BITCAST = enum.auto()
@@ -71,6 +72,9 @@ def _const_key(arg):
   # -0.0 == 0.0 and True == 1 in Python; constants must still stay distinct
   if isinstance(arg, float): return ('f', struct.pack('<d', arg))
   return (type(arg).__name__, arg)
+
+
+_symbolic_types: tuple = ()  # (core.sym.Sym,), set when that module loads
 
 
 class _UOpMeta(type):
@@ -99,7 +103,10 @@ class UOp(metaclass=_UOpMeta):
 
   # ---- constructors
   @staticmethod
-  def const(dtype: DType, value) -> UOp: return UOp(Ops.CONST, dtype, (), cast_python_value(value, dtype))
+  def const(dtype: DType, value) -> UOp:
+    # a symbolic size (core/sym.py) is its expression, computed by the kernel
+    if _symbolic_types and isinstance(value, _symbolic_types): return value.uop.cast(dtype)
+    return UOp(Ops.CONST, dtype, (), cast_python_value(value, dtype))
   def const_like(self, value) -> UOp: return UOp.const(self.dtype, value)
   def alu(self, op: Ops, *others: UOp, arg=None) -> UOp:
     out_dtype = dtypes.bool if op in COMPARISON else self.dtype
@@ -153,7 +160,7 @@ class UOp(metaclass=_UOpMeta):
 def _tensor_shape(u: UOp) -> tuple:
   if u.op is Ops.BUFFER: return (u.arg[1],)
   if u.op is Ops.VIEW: return u.arg.shape
-  if u.op is Ops.CONST: return ()
+  if u.op in (Ops.CONST, Ops.DEFINE_VAR): return ()
   if u.op is Ops.REDUCE_AXIS:
     return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
   if u.op is Ops.GATHER: return u.src[1].shape

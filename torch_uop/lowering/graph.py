@@ -20,7 +20,7 @@ from torch_uop.core.uop import UOp, Ops
 from torch_uop.core.dtypes import from_torch, UnsupportedDType, complex_part
 from torch_uop.core.shapetracker import ShapeTracker
 from torch_uop.lowering.registry import lowering_for, LoweringContext
-from torch_uop.lowering.specialize import is_symbolic
+from torch_uop.lowering.specialize import is_symbolic, to_size, SizeVars
 from torch_uop.lowering.tensor import LT
 from torch_uop import counters as _metrics
 
@@ -100,7 +100,7 @@ def _map_args(x, fn):
 def ir_layout(val: torch.Tensor) -> tuple[tuple, tuple, object, bool]:
   """(shape, strides, IR dtype, is_complex) of the IR tensor holding `val`: a complex tensor is held as
   its view_as_real, a real tensor with a trailing dim of 2 (real, imag)."""
-  shape, strides = tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride())
+  shape, strides = tuple(to_size(s) for s in val.shape), tuple(to_size(s) for s in val.stride())
   part = complex_part(val.dtype)
   if part is None: return shape, strides, from_torch(val.dtype), False
   return shape + (2,), tuple(2 * s for s in strides) + (1,), from_torch(part), True
@@ -128,10 +128,14 @@ def _check_result(node: torch.fx.Node, out) -> None:
     if o.dtype != dt: raise TypeError(f"dtype {o.dtype} != eager {v.dtype}")
 
 
-def lower_graph(gm: torch.fx.GraphModule, debug: int = 0) -> LoweredGraph:
+def lower_graph(gm: torch.fx.GraphModule, debug: int = 0, sizes: SizeVars | None = None) -> LoweredGraph:
+  """`sizes`: lower a graph with symbolic sizes as it is, its SymInts becoming core.sym.Syms (inside a
+  core.sym.SizeContext, which records the guards the lowering's decisions need)."""
+  SizeVars.active = sizes
   try: return _lower_graph(gm, debug)
   except UnsupportedDType as e:  # an input, or a value a fallback op would have to hold, has no IR dtype (e.g. complex)
     raise WholeGraphFallback(str(e)) from e
+  finally: SizeVars.active = None
 
 
 def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
@@ -142,13 +146,19 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
   state = GraphState(buffer_slots, slot)
   for node in gm.graph.nodes:
     val = node.meta.get("val")
-    # graphs with symbolic sizes arrive here as static copies (lowering/specialize.py); this is a safety net
-    if is_symbolic(val): raise WholeGraphFallback(f"symbolic sizes at {node.name}")
+    if is_symbolic(val):
+      # a graph with symbolic sizes is lowered symbolically or as a static copy (lowering/specialize.py)
+      if SizeVars.active is None: raise WholeGraphFallback(f"symbolic sizes at {node.name}")
+      if isinstance(val, (torch.SymFloat, torch.SymBool)): raise WholeGraphFallback(f"symbolic {type(val).__name__} at {node.name}")
+      if isinstance(val, torch.SymInt):  # a size, or arithmetic on sizes: its value as an expression
+        env[node] = to_size(val)
+        if node.op == "placeholder": inputs.append(None)
+        continue
     if node.op == "placeholder":
       if isinstance(val, torch.Tensor):
         if val.device.type != "cpu": raise WholeGraphFallback(f"input {node.name} is on {val.device}")
         shape, strides, dt, is_complex = ir_layout(val)  # UnsupportedDType: the whole graph falls back
-        extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
+        extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(s != 0 for s in shape) else 0
         buf = UOp(Ops.BUFFER, dt, (), (slot, max(extent, 1)))
         buffer_slots[buf] = slot
         lt = LT(buf)._view(lambda st: ShapeTracker.from_strides(shape, strides))

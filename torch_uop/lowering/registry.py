@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 import torch
 from torch_uop.core.dtypes import from_torch
+from torch_uop.lowering.specialize import to_size
 
 LOWERINGS: dict = {}
 # lowerings for nodes that read or produce complex tensors (held as real tensors with a trailing dim of 2);
@@ -52,8 +53,8 @@ class LoweringContext:
   @property
   def vals(self) -> list: return list(self.val) if isinstance(self.val, (tuple, list)) else [self.val]
   @property
-  def shape(self) -> tuple: return tuple(int(s) for s in self.val.shape)
+  def shape(self) -> tuple: return tuple(to_size(s) for s in self.val.shape)
   @property
   def dtype(self): return from_torch(self.val.dtype)
-  def shape_of(self, i: int) -> tuple: return tuple(int(s) for s in self.vals[i].shape)
+  def shape_of(self, i: int) -> tuple: return tuple(to_size(s) for s in self.vals[i].shape)
   def dtype_of(self, i: int): return from_torch(self.vals[i].dtype)

@@ -73,3 +73,95 @@ def specialize(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModu
     static.graph.erase_node(node)
   static.recompile()
   return static, kept
+
+
+# ---------------------------------------------------------------- symbolic sizes
+
+class SizeVars:
+  """PyTorch's size symbols (the sympy Symbols of a graph's ShapeEnv) as the IR's size variables, and where a
+  call's arguments hold each one's value. While a graph is lowered symbolically, `SizeVars.active` converts
+  every SymInt the lowering meets (`to_size`) into a core.sym.Sym."""
+  active: "SizeVars | None" = None
+
+  def __init__(self, gm: torch.fx.GraphModule):
+    self.vars: dict = {}     # symbol name -> DEFINE_VAR
+    self.sources: dict = {}  # symbol name -> ("int", arg index) | ("size", arg index, dim) | ("stride", arg index, dim)
+    self.shape_env = None
+    placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, v in enumerate(placeholders):
+      if isinstance(v, torch.SymInt): self._source(v, ("int", i))
+      elif isinstance(v, torch.Tensor):
+        for d, s in enumerate(v.shape): self._source(s, ("size", i, d))
+        for d, s in enumerate(v.stride()): self._source(s, ("stride", i, d))
+
+  def _source(self, s, where: tuple) -> None:
+    import sympy
+    if isinstance(s, torch.SymInt):
+      self.shape_env = self.shape_env or s.node.shape_env
+      if isinstance(s.node.expr, sympy.Symbol): self.sources.setdefault(str(s.node.expr), where)
+
+  def torch_decisions(self) -> tuple:
+    """A count of what PyTorch's ShapeEnv has decided: it grows when code turns a torch SymInt into an int (a
+    specialization our guards would not see), which makes a symbolic compile unusable."""
+    env = self.shape_env
+    return (len(env.guards), len(env.replacements)) if env is not None else (0, 0)
+
+  def values(self, args: list) -> dict:
+    """Each variable's value in a call (by name)."""
+    out = {}
+    for name, where in self.sources.items():
+      a = args[where[1]]
+      out[name] = int(a) if where[0] == "int" else int(a.shape[where[2]] if where[0] == "size" else a.stride()[where[2]])
+    return out
+
+  def var(self, symbol, shape_env):
+    from torch_uop.core.sym import size_var, MAX_VAR
+    name = str(symbol)
+    if name not in self.vars:
+      if name not in self.sources: raise NotImplementedError(f"size {name} is not an input's size")
+      lo, hi = 0, MAX_VAR
+      vr = shape_env.var_to_range.get(symbol) if shape_env is not None else None
+      if vr is not None:
+        try: lo = int(vr.lower)
+        except Exception: pass
+        try: hi = min(int(vr.upper), MAX_VAR)
+        except Exception: pass  # unbounded (int_oo)
+      self.vars[name] = size_var(name, lo, hi)
+    return self.vars[name]
+
+  def to_size(self, s):
+    """An int, or a SymInt as a Sym (or an int, if its expression is a constant)."""
+    if not isinstance(s, torch.SymInt): return int(s)
+    return _from_sympy(s.node.expr, lambda sym: self.var(sym, s.node.shape_env))
+
+
+def to_size(s):
+  """A size from a meta value: an int; a SymInt becomes a core.sym.Sym while a graph is lowered symbolically."""
+  if isinstance(s, torch.SymInt) and SizeVars.active is not None: return SizeVars.active.to_size(s)
+  return int(s)
+
+
+def _from_sympy(expr, var_of):
+  import sympy
+  from torch.utils._sympy import functions as F
+  from torch_uop.core.sym import Sym
+  if expr.is_Integer: return int(expr)
+  if expr.is_Symbol: return Sym(var_of(expr))
+  a = [_from_sympy(x, var_of) for x in expr.args]
+  if isinstance(expr, sympy.Add):
+    out = a[0]
+    for x in a[1:]: out = out + x
+    return out
+  if isinstance(expr, sympy.Mul):
+    out = a[0]
+    for x in a[1:]: out = out * x
+    return out
+  if isinstance(expr, (F.FloorDiv, F.CleanDiv)): return a[0] // a[1]
+  if isinstance(expr, (F.Mod, F.PythonMod)): return a[0] % a[1]
+  if isinstance(expr, F.ModularIndexing): return (a[0] // a[1]) % a[2]
+  if isinstance(expr, F.CeilDiv): return (a[0] + a[1] - 1) // a[1]
+  if isinstance(expr, (sympy.Pow, F.PowByNatural)) and isinstance(a[1], int) and a[1] >= 0:
+    out = 1
+    for _ in range(a[1]): out = out * a[0]
+    return out
+  raise NotImplementedError(f"size expression {expr}")

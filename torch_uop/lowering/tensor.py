@@ -12,6 +12,7 @@ import math
 from torch_uop.core.uop import UOp, Ops
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import ShapeTracker
+from torch_uop.core.sym import is_sym, hint
 
 
 # a reduction of at least SPLIT_REDUCE_MIN elements into fewer than SPLIT_REDUCE_MAX_OUTPUTS results is done in two
@@ -19,6 +20,11 @@ from torch_uop.core.shapetracker import ShapeTracker
 SPLIT_REDUCE_MIN = 1 << 18
 SPLIT_REDUCE_MAX_OUTPUTS = 16
 SPLIT_REDUCE_PARTS = 64
+
+
+def _size(s):
+  """A size or offset argument as an int, or as itself when it is a symbolic size (core/sym.py)."""
+  return s if is_sym(s) else int(s)
 
 
 def compute_dtype(dt: DType) -> DType:
@@ -69,7 +75,7 @@ class LT:
     return LT(UOp(Ops.VIEW, self.dtype, (base,), new))
 
   def reshape(self, shape) -> LT:
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(map(_size, shape))
     if -1 in shape:
       known = math.prod(s for s in shape if s != -1)
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
@@ -90,13 +96,13 @@ class LT:
     return self._view(lambda st: st.expand(shape))
 
   def shrink(self, bounds) -> LT:
-    bounds = tuple((int(a), int(b)) for a, b in bounds)
+    bounds = tuple((_size(a), _size(b)) for a, b in bounds)
     if all(a == 0 and b == s for (a, b), s in zip(bounds, self.shape)): return self
     return self._view(lambda st: st.shrink(bounds))
 
   def pad(self, pads, value=0) -> LT:
     """pads: ((before, after), ...) per dim; negative entries crop."""
-    pads = tuple((int(a), int(b)) for a, b in pads)
+    pads = tuple((_size(a), _size(b)) for a, b in pads)
     crop = tuple((max(0, -a), s - max(0, -b)) for (a, b), s in zip(pads, self.shape))
     x = self.shrink(crop)
     pos = tuple((max(0, a), max(0, b)) for a, b in pads)
@@ -220,8 +226,9 @@ class LT:
     kept = [a for a in range(self.ndim) if a not in axes]
     n_out, n_red = math.prod(self.shape[a] for a in kept), math.prod(self.shape[a] for a in axes)
     parts = SPLIT_REDUCE_PARTS
-    if n_out >= SPLIT_REDUCE_MAX_OUTPUTS or n_red < SPLIT_REDUCE_MIN or n_red % parts or op not in (Ops.ADD, Ops.MAX, Ops.MIN):
-      return None
+    # (whether it is worth it is judged on this call's sizes; that it is exact, n_red % parts == 0, is guarded)
+    if hint(n_out) >= SPLIT_REDUCE_MAX_OUTPUTS or hint(n_red) < SPLIT_REDUCE_MIN or op not in (Ops.ADD, Ops.MAX, Ops.MIN) \
+       or n_red % parts: return None
     flat = self.permute((*kept, *axes)).reshape((n_out, parts, n_red // parts))
     partial = LT(UOp(Ops.REDUCE_AXIS, self.dtype, (flat.uop,), (op, (2,))))          # [n_out, parts, 1]
     total = LT(UOp(Ops.REDUCE_AXIS, self.dtype, (partial.uop,), (op, (1,))))       # [n_out, 1, 1]

@@ -16,15 +16,17 @@ strides eager gives them (AOTAutograd compiles the backward for the saved tensor
 from __future__ import annotations
 import hashlib
 import math
+import dataclasses
 from dataclasses import dataclass
 import sys
 import threading
 import time
 import torch
-from torch_uop.core.dtypes import to_torch
+from torch_uop.core.dtypes import to_torch, dtypes
+from torch_uop.core.sym import Sym, is_sym, hint, concrete
 from torch_uop.core.uop import UOp, Ops, pretty
 from torch_uop.lowering.tensor import LT
-from torch_uop.core.schedule import schedule, KernelItem, FallbackItem
+from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo
 from torch_uop.core.shapetracker import contiguous_strides
 from torch_uop.core.codegen import build_kernel
 from torch_uop.core.search import beam_search
@@ -100,6 +102,8 @@ class GraphPlan:
   signatures: dict         # kernel function (KernelStep.name) -> number of buffers
   object_code: list[bytes] | None  # native objects, one per kernel module
   peak_bytes: tuple        # (planned, unplanned)
+  size_values: tuple = ()  # a graph with symbolic sizes: its size variables' values, which its kernels read from
+  size_slot: int | None = None  # the int64 buffer in this slot
 
 
 # step name -> (calls, seconds) while torch_uop.debug.profile() is active, else None
@@ -113,9 +117,17 @@ class CompiledGraph:
   """`kernels` (codegen.Kernel: name, ast, program, buffers) and `sources` (each kernel's LLVM IR, in
   the same order) stay available for inspection; `n_kernels`/`n_fallbacks` count the steps of one call."""
 
-  def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph", beam: int = 0):
+  def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph", beam: int = 0,
+               size_vars: list | None = None):
+    """`size_vars`: the graph's size variables (DEFINE_VARs, in the order of the int64 buffer kernels read them
+    from) when its sizes are symbolic: built inside a core.sym.SizeContext, the result is a template whose
+    `instance(values)` is the graph for one call's sizes (kernels shared, only the plan made again)."""
     # an instance attribute, so wrappers made with functools.wraps (torch._dynamo.disable) keep it
     self._boxed_call = True
+    self.size_vars = list(size_vars or [])
+    first_slot = lowered.next_slot
+    vars_slot = None
+    if self.size_vars: vars_slot, first_slot, beam = first_slot, first_slot + 1, 0
     self.debug = debug
     self.inputs = lowered.inputs
     # (input index, storage offset) pairs the kernels assume; on a mismatch `eager` (the graph run by torch,
@@ -137,7 +149,13 @@ class CompiledGraph:
         if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = want
       outputs.append((kind, v))
     with _Timer("schedule"):
-      sched = schedule(roots, lowered.next_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None})
+      sched = schedule(roots, first_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None})
+    if vars_slot is not None:
+      position = {v.arg[0]: k for k, v in enumerate(self.size_vars)}
+      for item in sched.items:
+        if isinstance(item, KernelItem): item.size_vars = (vars_slot, position)
+      sched.buffers[vars_slot] = BufferInfo(vars_slot, (len(self.size_vars),), dtypes.int64, "input")
+    self.vars_slot = vars_slot
     self.buffers = sched.buffers
     kernels, tuned = [], {}
     if beam:  # opts chosen by timing candidates (core/search.py); None keeps the heuristic
@@ -163,10 +181,12 @@ class CompiledGraph:
       sym = symbols[k.name]
       if sym in modules: continue
       entries = {}
+      # the launchers bake the split loop's size in: none for a symbolic one
+      if is_sym(k.split_size): modules[sym] = (src.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers)); continue
       # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
-      if python_entries_supported() and work[k.name] < ENTRY_MAX_WORK:
+      if python_entries_supported() and hint(work[k.name]) < ENTRY_MAX_WORK:
         entries[f"{sym}_py"] = python_entry_ir(f"{sym}_py", sym, len(k.buffers), max(k.split_size, 1))
-      if threads.max_threads(k.split_size, work[k.name]) > 1 and openmp_supported():
+      if threads.max_threads(k.split_size, hint(work[k.name])) > 1 and openmp_supported():
         entries[f"{sym}_par"] = parallel_entry_ir(f"{sym}_par", sym, len(k.buffers), k.split_size)
       modules[sym] = (src.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers))
     signatures = {sym: nbuf for sym, (_, _, nbuf) in modules.items()}
@@ -198,6 +218,22 @@ class CompiledGraph:
       outputs_plan.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, v.shape if kind == "tensor" else None))
     # complex outputs are computed as their view_as_real and handed out through view_as_complex
     complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and outputs_plan[i][0] == "tensor"}
+    self._template = (steps, outputs_plan, complex_outputs, signatures, program.object_code if program else None)
+    self.program = program
+    if self.size_vars:  # the plan depends on the sizes: one per call signature, made by instance()
+      self.plan, self.n_kernels = None, sum(1 for kind, _ in steps if kind == "kernel")
+      return
+    self.plan = self._make_plan({})
+    self._link(program)
+
+  def _make_plan(self, values: dict) -> GraphPlan:
+    """The plan for the sizes `values` gives the size variables (empty for a static graph): lifetimes, the arena."""
+    steps, outputs_plan, complex_outputs, signatures, object_code = self._template
+    if values:
+      steps = [(kind, _concrete_fields(step, values)) for kind, step in steps]
+      outputs_plan = concrete(outputs_plan, values)
+    buffers = {s: _concrete_fields(info, values) for s, info in self.buffers.items()} if values else self.buffers
+    inputs = [None if spec is None else _concrete_fields(spec, values) for spec in self.inputs] if values else self.inputs
     # free each intermediate after its last use
     keep = {slot for kind, slot, _ in outputs_plan if kind == "tensor"}
     last_use: dict = {}
@@ -205,27 +241,32 @@ class CompiledGraph:
       for s in step.slots if kind == "kernel" else step.in_slots + list(step.out_slots.values()): last_use[s] = i
     release = [[] for _ in steps]
     for s, i in last_use.items():
-      if s not in keep and self.buffers[s].kind != "input": release[i].append(s)
-    arena_offsets, arena_bytes = _plan_arena(steps, self.buffers, keep, last_use)
-    self.peak_bytes_unplanned = _peak_bytes(steps, self.buffers, release, {})
-    self.peak_bytes = _peak_bytes(steps, self.buffers, release, arena_offsets) + arena_bytes
-    self.plan = GraphPlan(self.inputs, self.storage_offset_guards, self.buffers, steps, outputs_plan, complex_outputs,
-                          release, arena_offsets, arena_bytes, signatures, program.object_code if program else None,
-                          (self.peak_bytes, self.peak_bytes_unplanned))
-    self._link(program)
+      if s not in keep and buffers[s].kind != "input": release[i].append(s)
+    arena_offsets, arena_bytes = _plan_arena(steps, buffers, keep, last_use)
+    self.peak_bytes_unplanned = _peak_bytes(steps, buffers, release, {})
+    self.peak_bytes = _peak_bytes(steps, buffers, release, arena_offsets) + arena_bytes
+    sizes = tuple(values[v.arg[0]] for v in self.size_vars)
+    return GraphPlan(inputs, self.storage_offset_guards, buffers, steps, outputs_plan, complex_outputs,
+                     release, arena_offsets, arena_bytes, signatures, object_code,
+                     (self.peak_bytes, self.peak_bytes_unplanned), sizes, self.vars_slot)
+
+  def instance(self, values: dict) -> "CompiledGraph":
+    """A graph with symbolic sizes, for the sizes `values` gives its variables (by name): its kernels, a new plan."""
+    return CompiledGraph.from_plan(self._make_plan(values), self.debug, self.program)
 
   @classmethod
-  def from_plan(cls, plan: "GraphPlan", debug: int = 0) -> "CompiledGraph":
-    """A graph from a cached plan (runtime/graph_cache.py): no lowering, scheduling, codegen or LLVM."""
+  def from_plan(cls, plan: "GraphPlan", debug: int = 0, program=None) -> "CompiledGraph":
+    """A graph from a cached plan (runtime/graph_cache.py): no lowering, scheduling, codegen or LLVM. `program`:
+    the kernels already loaded (an instance of a graph with symbolic sizes)."""
     self = cls.__new__(cls)
+    self.size_vars = []
     self._boxed_call = True
     self.debug, self.plan, self.eager = debug, plan, None
     self.inputs, self.storage_offset_guards, self.buffers = plan.inputs, plan.storage_offset_guards, plan.buffers
     self.peak_bytes, self.peak_bytes_unplanned = plan.peak_bytes
     self.kernels, self.sources = [], []  # not kept in a plan; compile with the cache off to inspect them
     self.n_fallbacks = sum(1 for s in plan.steps if s[0] == "fallback")
-    program = None
-    if plan.object_code is not None:
+    if program is None and plan.object_code is not None:
       entries = {e: None for kind, s in plan.steps if kind == "kernel" for e in (s.entry, s.parallel_entry) if e is not None}
       if any(kind == "kernel" and s.parallel_entry for kind, s in plan.steps) and not openmp_supported():
         raise RuntimeError("this plan launches kernels through OpenMP, which this process cannot call")
@@ -255,6 +296,7 @@ class CompiledGraph:
     self.outputs, self.complex_outputs, self.release = plan.outputs, plan.complex_outputs, plan.release
     self.arena_offsets, self.arena_bytes = plan.arena_offsets, plan.arena_bytes
     self.arena = None
+    self.size_table = torch.tensor(plan.size_values, dtype=torch.int64) if plan.size_slot is not None else None
     self._arena_lock = threading.Lock()
     self.call_source = None
     self._run = self._first_call  # the call path is built at the first call (not under the compiler's fake tensor mode)
@@ -308,7 +350,7 @@ class CompiledGraph:
     """The call path as straight-line Python, generated once: check each input's dtype, shape and strides (any
     surprise goes to `_call_general`), allocate the outputs and non-arena buffers, launch each kernel with its
     buffers' addresses (arena buffers: constants, or offsets from this call's arena) and run fallbacks."""
-    if self.complex_outputs or any(spec is None or spec.is_complex for spec in self.inputs):
+    if self.complex_outputs or any(spec is not None and spec.is_complex for spec in self.inputs):
       return None, self._call_general
     env = {"general": self._call_general, "empty": _empty_strided, "launch": threads.launch, "M": _metrics,
            "lock": self._arena_lock}
@@ -319,6 +361,7 @@ class CompiledGraph:
     lines = ["def run(args):", "  try:"]
     conds = []
     for i, spec in enumerate(self.inputs):
+      if spec is None: continue  # a size argument: the graph was made for its value
       lines.append(f"    b{spec.slot} = args[{i}]")
       conds.append(f"b{spec.slot}.dtype is {const(spec.dtype, 'D')} and b{spec.slot}.shape == {spec.shape!r} and "
                    f"b{spec.slot}.stride() == {spec.strides!r} and b{spec.slot}.is_cpu")
@@ -337,7 +380,8 @@ class CompiledGraph:
     addresses = lambda slots: [f"p{s} = b{s}.data_ptr()" for s in slots if s in kernel_slots and s not in self.arena_offsets]
     ptr = lambda s: (f"{arena.data_ptr() + self.arena_offsets[s]}" if arena is not None else f"base + {self.arena_offsets[s]}") \
         if s in self.arena_offsets else f"p{s}"
-    body += addresses(spec.slot for spec in self.inputs)
+    if self.size_table is not None: body.append(f"p{self.plan.size_slot} = {self.size_table.data_ptr()}")
+    body += addresses(spec.slot for spec in self.inputs if spec is not None)
     for (kind, payload), release in zip(self.steps, self.release):
       if kind == "kernel":
         fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry = payload
@@ -385,7 +429,9 @@ class CompiledGraph:
       args.clear()
       return outs
     bufs: dict = {}
-    for spec, t in zip(self.inputs, args): bufs[spec.slot] = self._bind_input(spec, t)
+    if self.size_table is not None: bufs[self.plan.size_slot] = self.size_table
+    for spec, t in zip(self.inputs, args):
+      if spec is not None: bufs[spec.slot] = self._bind_input(spec, t)
     prof = _profile
     for i, ((kind, payload), release) in enumerate(zip(self.steps, self.release)):
       if prof is not None: t0 = time.perf_counter()
@@ -505,12 +551,23 @@ def _kernel_symbol(k, source: str) -> str:
   return "k_" + hashlib.sha256(code.encode()).hexdigest()[:24]
 
 
-def _kernel_work(k) -> int:
-  """Scalar operations one call of a kernel does, roughly: its loop trip counts times its body size."""
+def _kernel_work(k):
+  """Scalar operations one call of a kernel does, roughly: its loop trip counts times its body size (a Sym when
+  some trip count is a symbolic size)."""
   trips = 1
   for u in k.program:
     if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: trips *= u.src[0].arg
+    elif u.op is Ops.RANGE and u.arg[1] != "loop": trips = trips * Sym(u.src[0])
   return trips * max(1, len(k.program))
+
+
+def _concrete_fields(obj, values: dict):
+  """A dataclass instance with the Syms in its fields (and a fallback step's op arguments) evaluated."""
+  changes = {f.name: concrete(getattr(obj, f.name), values) for f in dataclasses.fields(obj)}
+  if isinstance(obj, FallbackStep):
+    op = obj.op
+    changes["op"] = dataclasses.replace(op, args=concrete(op.args, values), kwargs=concrete(op.kwargs, values))
+  return dataclasses.replace(obj, **changes)
 
 
 def _same_strides(shape: tuple, a: tuple, b: tuple) -> bool:

@@ -128,6 +128,11 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
     op = u.op
     if op is Ops.DEFINE_GLOBAL:
       f.names[u] = f"%b{arg_of[u.arg]}"
+    elif op is Ops.DEFINE_VAR:  # a size variable: element arg[3] of the kernel's size-variable buffer (src[0])
+      ptr, val = f.tmp(), f.tmp()
+      f.emit(f"{ptr} = getelementptr inbounds i64, ptr {f.value(u.src[0])}, i64 {u.arg[3]}")
+      f.emit(f"{val} = load i64, ptr {ptr}")
+      f.names[u] = val
     elif op is Ops.RANGE:
       lid = f"r{len(loops)}"
       loops[u] = lid

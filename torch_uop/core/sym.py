@@ -1,0 +1,237 @@
+"""Symbolic sizes: `Sym`, an integer size that is an expression of per-call size variables, and the guards
+recorded whenever code decides something about one.
+
+Under dynamic shapes a graph's sizes are expressions of size variables (DEFINE_VAR UOps, one per symbol of
+PyTorch's ShapeEnv). Lowering, scheduling and codegen use a Sym where they would use an int: arithmetic builds
+an index expression, which kernels compute from the variables' values at run time. A comparison is decided
+from the variables' ranges when they settle it, and otherwise from the values the variables have in the call
+being compiled (the hints), recording a guard: the condition and its outcome. The compiled graph is right for
+every call whose variables satisfy all of its guards. Turning a Sym into a Python int (int(), range(), an
+index) records that it equals its hint: the graph is then specialized on it, still soundly.
+
+Nothing here knows about torch; lowering/specialize.py makes Syms from PyTorch's SymInts.
+"""
+from __future__ import annotations
+from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.dtypes import dtypes
+from torch_uop.core.symbolic import simplify
+
+IDX = dtypes.index
+# a size variable is assumed to lie in [lo, MAX_VAR]; the bound keeps products of a few variables inside int64 (so
+# index bounds stay informative), and dispatch checks it like any guard
+MAX_VAR = (1 << 24) - 1
+
+
+class SymbolicSizeError(Exception):
+  """A decision about a symbolic size that cannot be made (no size context is active)."""
+
+
+def size_var(name: str, lo: int = 0, hi: int = MAX_VAR) -> UOp:
+  return UOp(Ops.DEFINE_VAR, IDX, (), (name, max(lo, 0), min(hi, MAX_VAR)))
+
+
+class SizeContext:
+  """The hints and the guards of one symbolic compile. Used as `with SizeContext(hints): ...`."""
+  _active: list = []
+
+  def __init__(self, hints: dict):
+    self.hints = hints      # size variable name -> its value in the call being compiled
+    self.guards: list = []  # (bool UOp over the variables, the value it must have)
+    self.pinned: set = set()  # variables some code turned into a Python int (the graph is specialized on them)
+
+  def __enter__(self):
+    SizeContext._active.append(self)
+    return self
+
+  def __exit__(self, *exc): SizeContext._active.pop()
+
+  @staticmethod
+  def current() -> SizeContext:
+    if not SizeContext._active: raise SymbolicSizeError("a decision on a symbolic size outside a symbolic compile")
+    return SizeContext._active[-1]
+
+  def decide(self, cond: UOp) -> bool:
+    value = bool(evaluate(cond, self.hints))
+    self.guards.append((cond, value))
+    return value
+
+
+def guards_hold(guards: list, values: dict) -> bool:
+  return all(bool(evaluate(cond, values)) == want for cond, want in guards)
+
+
+def evaluate(u: UOp, values: dict) -> int:
+  """The value of an index/bool expression over size variables, for the variables' `values`."""
+  memo: dict = {}
+
+  def ev(n: UOp):
+    if n in memo: return memo[n]
+    if n.op is Ops.CONST: out = n.arg
+    elif n.op is Ops.DEFINE_VAR: out = values[n.arg[0]]
+    else:
+      xs = [ev(s) for s in n.src]
+      out = _EVAL[n.op](*xs)
+    memo[n] = out
+    return out
+  return ev(u)
+
+
+def _c_div(a: int, b: int) -> int:  # C semantics, as the kernels compute it
+  q = abs(a) // abs(b)
+  return q if (a >= 0) == (b > 0) else -q
+
+
+_EVAL = {
+  Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
+  Ops.IDIV: _c_div, Ops.MOD: lambda a, b: a - b * _c_div(a, b),
+  Ops.MAX: max, Ops.MIN: min, Ops.NEG: lambda a: -a,
+  Ops.CMPLT: lambda a, b: a < b, Ops.CMPLE: lambda a, b: a <= b, Ops.CMPEQ: lambda a, b: a == b,
+  Ops.CMPNE: lambda a, b: a != b, Ops.AND: lambda a, b: a and b if isinstance(a, bool) else a & b,
+  Ops.OR: lambda a, b: a or b if isinstance(a, bool) else a | b, Ops.NOT: lambda a: not a,
+  Ops.WHERE: lambda c, a, b: a if c else b, Ops.CAST: lambda a: int(a),
+}
+
+
+def is_sym(x) -> bool: return isinstance(x, Sym)
+
+
+def hint(x) -> int:
+  """A size's value in the call being compiled, for heuristics: decisions that change speed, never results (so
+  they guard nothing)."""
+  return evaluate(x.uop, SizeContext.current().hints) if isinstance(x, Sym) else x
+
+
+def concrete(x, values: dict):
+  """x with every Sym in it (nested in tuples, lists and dicts) replaced by its value for `values`."""
+  if isinstance(x, Sym): return evaluate(x.uop, values)
+  if isinstance(x, tuple): return tuple(concrete(v, values) for v in x)
+  if isinstance(x, list): return [concrete(v, values) for v in x]
+  if isinstance(x, dict): return {k: concrete(v, values) for k, v in x.items()}
+  return x
+
+
+def _uop_of(x):
+  if isinstance(x, Sym): return x.uop
+  if isinstance(x, bool) or not isinstance(x, int): return None
+  return UOp.const(IDX, x)
+
+
+class Sym:
+  """An integer size that is an expression of size variables (see the module docstring)."""
+  __slots__ = ("uop",)
+
+  def __init__(self, uop: UOp): self.uop = uop
+
+  @staticmethod
+  def of(u: UOp):
+    """The simplified expression as a Sym, or a plain int when it is a constant."""
+    u = simplify(u)
+    return u.arg if u.op is Ops.CONST else Sym(u)
+
+  def __repr__(self): return f"Sym({_show(self.uop)})"
+  def __hash__(self): return hash(self.uop)
+
+  def _bin(self, op: Ops, other, reverse: bool = False):
+    o = _uop_of(other)
+    if o is None: return NotImplemented
+    a, b = (o, self.uop) if reverse else (self.uop, o)
+    if op in (Ops.IDIV, Ops.MOD) and not (a.vmin >= 0 and b.vmin > 0):
+      # Python's floor division and C's truncating one differ for negative operands: decide on the hint
+      x, y = (other, int(self)) if reverse else (int(self), other)
+      return x // y if op is Ops.IDIV else x % y
+    return Sym.of(UOp(op, IDX, (a, b)))
+
+  def __add__(self, x): return self._bin(Ops.ADD, x)
+  def __radd__(self, x): return self._bin(Ops.ADD, x, True)
+  def __sub__(self, x): return self._bin(Ops.SUB, x)
+  def __rsub__(self, x): return self._bin(Ops.SUB, x, True)
+  def __mul__(self, x): return self._bin(Ops.MUL, x)
+  def __rmul__(self, x): return self._bin(Ops.MUL, x, True)
+  def __floordiv__(self, x): return self._bin(Ops.IDIV, x)
+  def __rfloordiv__(self, x): return self._bin(Ops.IDIV, x, True)
+  def __mod__(self, x): return self._bin(Ops.MOD, x)
+  def __rmod__(self, x): return self._bin(Ops.MOD, x, True)
+  def __neg__(self): return Sym.of(self.uop * UOp.const(IDX, -1))
+  def __pos__(self): return self
+  def __abs__(self): return self if self.uop.vmin >= 0 else abs(int(self))
+
+  def _cmp(self, op: Ops, other, reverse: bool = False):
+    o = _uop_of(other)
+    if o is None: return NotImplemented
+    a, b = (o, self.uop) if reverse else (self.uop, o)
+    if a is b: return op in (Ops.CMPLE, Ops.CMPEQ)
+    cond = simplify(UOp(op, dtypes.bool, (a, b)))
+    if cond.op is Ops.CONST: return bool(cond.arg)
+    diff = simplify(a - b)  # settled by the difference's bounds: s*4 - s*2 >= 0
+    lo, hi = _sign_bounds(diff)
+    settled = {Ops.CMPLT: (hi < 0, lo >= 0), Ops.CMPLE: (hi <= 0, lo > 0),
+               Ops.CMPEQ: (lo == hi == 0, lo > 0 or hi < 0), Ops.CMPNE: (lo > 0 or hi < 0, lo == hi == 0)}[op]
+    if settled[0]: return True
+    if settled[1]: return False
+    return SizeContext.current().decide(cond)
+
+  def __lt__(self, x): return self._cmp(Ops.CMPLT, x)
+  def __le__(self, x): return self._cmp(Ops.CMPLE, x)
+  def __gt__(self, x): return self._cmp(Ops.CMPLT, x, True)
+  def __ge__(self, x): return self._cmp(Ops.CMPLE, x, True)
+  def __eq__(self, x): return self._cmp(Ops.CMPEQ, x)
+  def __ne__(self, x): return self._cmp(Ops.CMPNE, x)
+  def __bool__(self): return self._cmp(Ops.CMPNE, 0)
+
+  def __index__(self) -> int:
+    ctx = SizeContext.current()
+    value = evaluate(self.uop, ctx.hints)
+    ctx.guards.append((UOp(Ops.CMPEQ, dtypes.bool, (self.uop, UOp.const(IDX, value))), True))
+    ctx.pinned |= {n for n in self.uop.toposort() if n.op is Ops.DEFINE_VAR}
+    return value
+
+  __int__ = __index__
+  def __float__(self) -> float: return float(int(self))
+
+
+import torch_uop.core.uop as _uop_module  # noqa: E402
+_uop_module._symbolic_types = (Sym,)
+
+
+def _sign_bounds(u: UOp) -> tuple:
+  """Bounds of an index expression, tighter than interval arithmetic where it is a polynomial: every leaf x (a
+  variable, or a div/mod it cannot see into) is written lo(x) + t with t >= 0 and the product expanded. When every
+  coefficient is >= 0 the value is at least the constant term; when every one is <= 0, at most it
+  (s0*s1 - s0 with s0, s1 >= 2 is 2 + t0 + 2*t1 + t0*t1 > 0, where intervals only say it is >= 4 - MAX_VAR)."""
+  lo, hi = u.vmin, u.vmax
+  poly = _poly(u)
+  if poly is None: return lo, hi
+  const = poly.pop((), 0)
+  if all(c >= 0 for c in poly.values()): lo = max(lo, const)
+  if all(c <= 0 for c in poly.values()): hi = min(hi, const)
+  return lo, hi
+
+
+def _poly(u: UOp) -> dict | None:
+  """u as {monomial (sorted leaf ids): coefficient} over leaves shifted by their lower bounds; None if not polynomial."""
+  if u.op is Ops.CONST: return {(): u.arg}
+  if u.op is Ops.ADD:
+    a, b = _poly(u.src[0]), _poly(u.src[1])
+    if a is None or b is None: return None
+    for m, c in b.items(): a[m] = a.get(m, 0) + c
+    return a
+  if u.op is Ops.MUL:
+    a, b = _poly(u.src[0]), _poly(u.src[1])
+    if a is None or b is None or len(a) * len(b) > 256: return None
+    out: dict = {}
+    for ma, ca in a.items():
+      for mb, cb in b.items():
+        m = tuple(sorted(ma + mb))
+        out[m] = out.get(m, 0) + ca * cb
+    return out
+  lo = u.vmin
+  if not isinstance(lo, int) or lo <= u.dtype.min(): return None  # no useful lower bound
+  return {(id(u),): 1, (): lo}
+
+
+def _show(u: UOp) -> str:
+  if u.op is Ops.CONST: return str(u.arg)
+  if u.op is Ops.DEFINE_VAR: return u.arg[0]
+  sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%"}.get(u.op)
+  if sym and len(u.src) == 2: return f"({_show(u.src[0])}{sym}{_show(u.src[1])})"
+  return f"{u.op.name.lower()}({', '.join(_show(s) for s in u.src)})"
