@@ -1,6 +1,7 @@
 """Dynamic shapes: with dynamic=True, torch._dynamo.mark_dynamic or Dynamo's automatic dynamic shapes, one traced
-graph serves every size (no recompile after the first), each size runs natively as its own static copy
-(dynamo_backend.SizeSpecializedGraph), and every size agrees with eager, in inference and in training."""
+graph serves every size (no recompile after the first) and is compiled once, with size variables in its kernels
+(dynamo_backend.compile_symbolic_graph); every size agrees with eager, in inference and in training. With
+symbolic_shapes off, or where the symbolic compile fails, each size runs as its own static copy instead."""
 import copy
 import pytest
 import torch
@@ -25,11 +26,11 @@ def test_transformer_over_5_batch_sizes_and_3_sequence_lengths_compiles_once():
       torch.testing.assert_close(compiled(ids), model(ids), rtol=1e-4, atol=1e-5)
       assert _dynamo_graphs() == 1, f"recompiled at batch {b}, sequence {t}"
     m = assert_ran_natively()
-    assert m["graphs_compiled"] == 1 and m["size_specializations"] == len(sizes)
-    # a size seen before reuses its static copy
+    assert m["graphs_compiled"] == 1 and m["symbolic_graphs"] == 1 and m["size_specializations"] == 0
     ids = torch.randint(0, 100, sizes[3])
     torch.testing.assert_close(compiled(ids), model(ids), rtol=1e-4, atol=1e-5)
-  assert torch_uop.metrics()["size_specializations"] == len(sizes) and _dynamo_graphs() == 1
+  m = torch_uop.metrics()
+  assert m["symbolic_graphs"] == 1 and m["size_specializations"] == 0 and _dynamo_graphs() == 1
 
 
 @pytest.mark.parametrize("make", [MLP, CNN, Block], ids=["mlp", "cnn", "tf"])
@@ -60,7 +61,7 @@ def test_training_steps_at_changing_batch_sizes_match_eager(make):
   for (n, b), c in zip(twin.named_buffers(), model.buffers()): torch.testing.assert_close(b, c, msg=n)
   m = assert_ran_natively()
   assert _dynamo_graphs() == 1 and m["graphs_compiled"] == 2, "one forward and one backward graph"
-  assert m["size_specializations"] == 2 * 3, "a forward and a backward copy per distinct batch size"
+  assert m["symbolic_graphs"] == 2 and m["size_specializations"] == 0, "each compiled once, for every batch size"
 
 
 def test_mark_dynamic_serves_every_batch_size_from_one_graph():
@@ -72,7 +73,7 @@ def test_mark_dynamic_serves_every_batch_size_from_one_graph():
     torch._dynamo.mark_dynamic(x, 0)
     torch.testing.assert_close(compiled(x, w), fn(x, w))
   m = assert_ran_natively()
-  assert _dynamo_graphs() == 1 and m["graphs_compiled"] == 1 and m["size_specializations"] == 3
+  assert _dynamo_graphs() == 1 and m["graphs_compiled"] == 1 and m["symbolic_graphs"] == 1 and m["size_specializations"] == 0
 
 
 def test_automatic_dynamic_recompiles_once_then_serves_every_size():
@@ -82,8 +83,8 @@ def test_automatic_dynamic_recompiles_once_then_serves_every_size():
     x = torch.randn(n, 7)
     torch.testing.assert_close(compiled(x), fn(x))
   m = assert_ran_natively()
-  # the first size compiles a static graph; the second a symbolic one, specialized for 5, 8 and 13
-  assert _dynamo_graphs() == 2 and m["graphs_compiled"] == 2 and m["size_specializations"] == 3
+  # the first size compiles a static graph; the second a symbolic one, which serves 5, 8 and 13
+  assert _dynamo_graphs() == 2 and m["graphs_compiled"] == 2 and m["symbolic_graphs"] == 1 and m["size_specializations"] == 0
 
 
 def test_strides_are_part_of_the_specialization():
@@ -100,7 +101,7 @@ def test_a_size_that_cannot_be_specialized_runs_in_torch(monkeypatch):
   def refuse(gm, args): raise RuntimeError("no static copy")
   monkeypatch.setattr(specialize, "specialize", refuse)
   fn = lambda x: x.sin() * x.shape[0]
-  compiled = fresh_compiled(fn, dynamic=True)
+  compiled = fresh_compiled(fn, {"symbolic_shapes": False}, dynamic=True)
   for n in (3, 4):
     x = torch.randn(n, 2)
     torch.testing.assert_close(compiled(x), fn(x))
@@ -114,7 +115,7 @@ def test_static_copies_come_from_the_graph_cache_the_second_time(tmp_path, monke
   model = MLP().eval()
   runs = []
   for _ in range(2):  # the second run, after a Dynamo reset, compiles no kernel
-    compiled = fresh_compiled(model, dynamic=True)
+    compiled = fresh_compiled(model, {"symbolic_shapes": False}, dynamic=True)
     with torch.no_grad():
       for n in (5, 9, 12):
         x = torch.randn(n, 32)
@@ -125,7 +126,7 @@ def test_static_copies_come_from_the_graph_cache_the_second_time(tmp_path, monke
   assert "llvm" not in runs[1]["compile_time_s"] and "codegen" not in runs[1]["compile_time_s"]
 
 
-# sizes used as values, in slices, views, creation ops and scale factors: each static copy folds them to constants
+# sizes used as values, in slices, views, creation ops and scale factors: kernels compute them from the size variables
 SIZE_ARITHMETIC = {
   "mean_by_size": lambda x: x.sum() / x.shape[0],
   "float_of_size": lambda x: x * (x.shape[1] ** 0.5),
@@ -147,4 +148,17 @@ def test_sizes_used_as_values(name):
     x = torch.randn(n, m)
     torch.testing.assert_close(compiled(x), fn(x))
   m = assert_ran_natively()
-  assert m["graphs_compiled"] == 1 and m["size_specializations"] == 3
+  assert m["graphs_compiled"] == 1 and m["symbolic_graphs"] == 1 and m["size_specializations"] == 0
+
+
+def test_a_graph_the_symbolic_path_cannot_hold_runs_as_static_copies(monkeypatch):
+  import torch_uop.dynamo_backend as backend
+  def refuse(*args): raise NotImplementedError("not symbolic")
+  monkeypatch.setattr(backend, "compile_symbolic_graph", refuse)
+  fn = lambda x: (x @ x.t()).softmax(-1) * x.shape[0]
+  compiled = fresh_compiled(fn, dynamic=True)
+  for n in (3, 4, 6):
+    x = torch.randn(n, 5)
+    torch.testing.assert_close(compiled(x), fn(x))
+  m = assert_ran_natively()
+  assert m["symbolic_graphs"] == 0 and m["size_specializations"] == 3

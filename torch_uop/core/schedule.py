@@ -61,7 +61,7 @@ def _expansion(view: UOp) -> int:
   factor = 1
   for v in view.arg.views:
     for size, stride in zip(v.shape, v.strides):
-      if stride == 0 and size > 1: factor *= hint(size)
+      if stride == 0 and hint(size) > 1: factor *= hint(size)
   return factor
 
 

@@ -4,7 +4,7 @@ A `View` maps an n-d index to a flat offset: `offset + sum(idx * stride)`, valid
 (outside the mask the value is the pad value, 0). A `ShapeTracker` is a stack of views: when a
 reshape cannot be expressed by new strides, a new view is pushed on top and indices are unflattened
 through the one below. `to_indexed(idxs)` turns index UOps into (flat index UOp, valid UOp).
-Views never look at data; sizes are ints here (graphs with symbolic sizes are specialized to static copies first).
+Views never look at data. Sizes, strides and offsets are ints, or core.sym.Syms in a graph with symbolic sizes.
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -12,6 +12,7 @@ import functools
 import math
 from torch_uop.core.uop import UOp
 from torch_uop.core.dtypes import dtypes
+from torch_uop.core.sym import known_equal
 
 
 def contiguous_strides(shape: tuple) -> tuple:
@@ -38,7 +39,7 @@ class View:
 
   @property
   def is_contiguous(self) -> bool:
-    return self.offset == 0 and self.mask is None and self.strides == contiguous_strides(self.shape)
+    return known_equal(self.offset, 0) and self.mask is None and known_equal(self.strides, contiguous_strides(self.shape))
 
   def _mask(self): return self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
 
@@ -101,7 +102,7 @@ class View:
 
   def reshape(self, shape: tuple) -> View | None:
     """The same elements with a new shape, or None if that needs a second view."""
-    if self.shape == shape: return self
+    if known_equal(self.shape, shape): return self
     if self.is_contiguous: return View.contiguous(shape)
     if prod(shape) == 0: return View.contiguous(shape)
     # drop size-1 dims (their stride is irrelevant), then merge groups as torch's computeStride does
@@ -210,7 +211,7 @@ class ShapeTracker:
     """Compose: `other` applied on top of this tracker's output."""
     out = self
     for v in other.views:
-      if v.is_contiguous and v.shape == out.shape: continue
+      if v.is_contiguous and known_equal(v.shape, out.shape): continue
       if len(other.views) == 1 and v.mask is None and out.is_contiguous: return ShapeTracker((v,))
       out = ShapeTracker(out.views + (v,))
     return out

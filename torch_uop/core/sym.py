@@ -12,6 +12,7 @@ index) records that it equals its hint: the graph is then specialized on it, sti
 Nothing here knows about torch; lowering/specialize.py makes Syms from PyTorch's SymInts.
 """
 from __future__ import annotations
+import math
 from torch_uop.core.uop import UOp, Ops
 from torch_uop.core.dtypes import dtypes
 from torch_uop.core.symbolic import simplify
@@ -38,6 +39,7 @@ class SizeContext:
     self.hints = hints      # size variable name -> its value in the call being compiled
     self.guards: list = []  # (bool UOp over the variables, the value it must have)
     self.pinned: set = set()  # variables some code turned into a Python int (the graph is specialized on them)
+    self.decided: dict = {}   # condition -> its value (each guard is recorded once)
 
   def __enter__(self):
     SizeContext._active.append(self)
@@ -51,9 +53,10 @@ class SizeContext:
     return SizeContext._active[-1]
 
   def decide(self, cond: UOp) -> bool:
-    value = bool(evaluate(cond, self.hints))
-    self.guards.append((cond, value))
-    return value
+    if cond not in self.decided:
+      self.decided[cond] = bool(evaluate(cond, self.hints))
+      self.guards.append((cond, self.decided[cond]))
+    return self.decided[cond]
 
 
 def guards_hold(guards: list, values: dict) -> bool:
@@ -68,6 +71,7 @@ def evaluate(u: UOp, values: dict) -> int:
     if n in memo: return memo[n]
     if n.op is Ops.CONST: out = n.arg
     elif n.op is Ops.DEFINE_VAR: out = values[n.arg[0]]
+    elif n.op is Ops.CAST: out = float(ev(n.src[0])) if n.dtype.is_float else bool(ev(n.src[0])) if n.dtype.is_bool else int(ev(n.src[0]))
     else:
       xs = [ev(s) for s in n.src]
       out = _EVAL[n.op](*xs)
@@ -88,11 +92,27 @@ _EVAL = {
   Ops.CMPLT: lambda a, b: a < b, Ops.CMPLE: lambda a, b: a <= b, Ops.CMPEQ: lambda a, b: a == b,
   Ops.CMPNE: lambda a, b: a != b, Ops.AND: lambda a, b: a and b if isinstance(a, bool) else a & b,
   Ops.OR: lambda a, b: a or b if isinstance(a, bool) else a | b, Ops.NOT: lambda a: not a,
-  Ops.WHERE: lambda c, a, b: a if c else b, Ops.CAST: lambda a: int(a),
+  Ops.WHERE: lambda c, a, b: a if c else b, Ops.FDIV: lambda a, b: a / b if b else math.copysign(math.inf, a) * (b == b),
 }
 
 
 def is_sym(x) -> bool: return isinstance(x, Sym)
+
+
+def known_equal(a, b) -> bool:
+  """Whether two sizes (or tuples of sizes) are equal for every value of the variables, guarding nothing: False
+  when it depends on them. For shortcuts whose general path is right either way (a reshape to the same shape)."""
+  if isinstance(a, tuple) or isinstance(b, tuple):
+    return isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and all(map(known_equal, a, b))
+  if not isinstance(a, Sym) and not isinstance(b, Sym): return a == b
+  ua, ub = _uop_of(a), _uop_of(b)
+  return ua is ub or simplify(ua - ub) is UOp.const(IDX, 0) if ua is not None and ub is not None else False
+
+
+def sym_extreme(op: Ops, a, b):
+  """max (op MAX) or min (op MIN) of two sizes, ints or Syms, without deciding which it is."""
+  if not isinstance(a, Sym) and not isinstance(b, Sym): return max(a, b) if op is Ops.MAX else min(a, b)
+  return Sym.of(UOp(op, IDX, (_uop_of(a), _uop_of(b))))
 
 
 def hint(x) -> int:
@@ -103,7 +123,7 @@ def hint(x) -> int:
 
 def concrete(x, values: dict):
   """x with every Sym in it (nested in tuples, lists and dicts) replaced by its value for `values`."""
-  if isinstance(x, Sym): return evaluate(x.uop, values)
+  if isinstance(x, (Sym, SymF)): return evaluate(x.uop, values)
   if isinstance(x, tuple): return tuple(concrete(v, values) for v in x)
   if isinstance(x, list): return [concrete(v, values) for v in x]
   if isinstance(x, dict): return {k: concrete(v, values) for k, v in x.items()}
@@ -178,10 +198,13 @@ class Sym:
   def __ne__(self, x): return self._cmp(Ops.CMPNE, x)
   def __bool__(self): return self._cmp(Ops.CMPNE, 0)
 
+  def __truediv__(self, x): return SymF(SymF.lift(self)) / x
+  def __rtruediv__(self, x): return x / SymF(SymF.lift(self))
+
   def __index__(self) -> int:
     ctx = SizeContext.current()
     value = evaluate(self.uop, ctx.hints)
-    ctx.guards.append((UOp(Ops.CMPEQ, dtypes.bool, (self.uop, UOp.const(IDX, value))), True))
+    ctx.decide(UOp(Ops.CMPEQ, dtypes.bool, (self.uop, UOp.const(IDX, value))))
     ctx.pinned |= {n for n in self.uop.toposort() if n.op is Ops.DEFINE_VAR}
     return value
 
@@ -189,8 +212,49 @@ class Sym:
   def __float__(self) -> float: return float(int(self))
 
 
+class SymF:
+  """A float computed from sizes (x.shape[0] / 2, BatchNorm's n / (n - 1)): a float64 expression of the size
+  variables. It takes part in arithmetic and becomes a kernel's scalar operand (UOp.const); turning it into a
+  Python float records that it equals its hint, as for a Sym."""
+  __slots__ = ("uop",)
+
+  def __init__(self, uop: UOp): self.uop = uop
+  def __repr__(self): return f"SymF({_show(self.uop)})"
+  def __hash__(self): return hash(self.uop)
+
+  @staticmethod
+  def lift(x) -> UOp | None:
+    if isinstance(x, SymF): return x.uop
+    if isinstance(x, Sym): return x.uop.cast(dtypes.float64)
+    if isinstance(x, (int, float)) and not isinstance(x, bool): return UOp.const(dtypes.float64, x)
+    return None
+
+  def _bin(self, op: Ops, other, reverse: bool = False):
+    o = SymF.lift(other)
+    if o is None: return NotImplemented
+    a, b = (o, self.uop) if reverse else (self.uop, o)
+    return SymF(UOp(op, dtypes.float64, (a, b)))
+
+  def __add__(self, x): return self._bin(Ops.ADD, x)
+  def __radd__(self, x): return self._bin(Ops.ADD, x, True)
+  def __sub__(self, x): return self._bin(Ops.SUB, x)
+  def __rsub__(self, x): return self._bin(Ops.SUB, x, True)
+  def __mul__(self, x): return self._bin(Ops.MUL, x)
+  def __rmul__(self, x): return self._bin(Ops.MUL, x, True)
+  def __truediv__(self, x): return self._bin(Ops.FDIV, x)
+  def __rtruediv__(self, x): return self._bin(Ops.FDIV, x, True)
+  def __neg__(self): return SymF(UOp(Ops.NEG, dtypes.float64, (self.uop,)))
+
+  def __float__(self) -> float:
+    ctx = SizeContext.current()
+    value = evaluate(self.uop, ctx.hints)
+    ctx.decide(UOp(Ops.CMPEQ, dtypes.bool, (self.uop, UOp.const(dtypes.float64, value))))
+    ctx.pinned |= {n for n in self.uop.toposort() if n.op is Ops.DEFINE_VAR}
+    return value
+
+
 import torch_uop.core.uop as _uop_module  # noqa: E402
-_uop_module._symbolic_types = (Sym,)
+_uop_module._symbolic_types = (Sym, SymF)
 
 
 def _sign_bounds(u: UOp) -> tuple:

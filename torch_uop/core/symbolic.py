@@ -232,6 +232,11 @@ symbolic = PatternMatcher([
   (UPat(Ops.ADD, name="x"), _recombine_div_mod),
   (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: _div_mod_by_const(x, c, False)),
   (UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: _div_mod_by_const(x, c, True)),
+  # max/min that bounds settle: max(x, 1) is x when x >= 1
+  (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("y"))),
+   lambda x, y: (x if x.vmin >= y.vmax else y if y.vmin >= x.vmax else None) if x.dtype.is_int else None),
+  (UPat(Ops.MIN, src=(UPat.var("x"), UPat.var("y"))),
+   lambda x, y: (x if x.vmax <= y.vmin else y if y.vmax <= x.vmin else None) if x.dtype.is_int else None),
   # boolean identities
   (UPat(Ops.AND, src=[UPat.var("x"), UPat.cvar("c")]), lambda x, c: (x if c.arg else c) if x.dtype.is_bool else None),
   (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),

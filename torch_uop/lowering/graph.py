@@ -149,8 +149,8 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
     if is_symbolic(val):
       # a graph with symbolic sizes is lowered symbolically or as a static copy (lowering/specialize.py)
       if SizeVars.active is None: raise WholeGraphFallback(f"symbolic sizes at {node.name}")
-      if isinstance(val, (torch.SymFloat, torch.SymBool)): raise WholeGraphFallback(f"symbolic {type(val).__name__} at {node.name}")
-      if isinstance(val, torch.SymInt):  # a size, or arithmetic on sizes: its value as an expression
+      if isinstance(val, torch.SymBool): raise WholeGraphFallback(f"symbolic {type(val).__name__} at {node.name}")
+      if isinstance(val, (torch.SymInt, torch.SymFloat)):  # a size, or arithmetic on sizes: its value as an expression
         env[node] = to_size(val)
         if node.op == "placeholder": inputs.append(None)
         continue

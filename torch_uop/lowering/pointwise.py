@@ -12,12 +12,15 @@ from torch_uop.core.uop import Ops
 from torch_uop.core.dtypes import from_torch, to_torch, dtypes, DType
 from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.lowering.tensor import LT, compute_dtype
+from torch_uop.core.sym import is_sym, SymF
 
 aten = torch.ops.aten
 
 
 def _fake(x):
   if isinstance(x, LT): return torch.empty((1,) * x.ndim, dtype=to_torch(x.dtype), device="meta")
+  if is_sym(x): return 0  # a symbolic size promotes as the Python int it is
+  if isinstance(x, SymF): return 0.0
   return x
 
 

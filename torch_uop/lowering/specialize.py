@@ -130,22 +130,23 @@ class SizeVars:
     return self.vars[name]
 
   def to_size(self, s):
-    """An int, or a SymInt as a Sym (or an int, if its expression is a constant)."""
-    if not isinstance(s, torch.SymInt): return int(s)
+    """An int, or a SymInt as a Sym (or an int, if its expression is a constant); a SymFloat as a SymF."""
+    if not isinstance(s, (torch.SymInt, torch.SymFloat)): return int(s)
     return _from_sympy(s.node.expr, lambda sym: self.var(sym, s.node.shape_env))
 
 
 def to_size(s):
   """A size from a meta value: an int; a SymInt becomes a core.sym.Sym while a graph is lowered symbolically."""
-  if isinstance(s, torch.SymInt) and SizeVars.active is not None: return SizeVars.active.to_size(s)
+  if isinstance(s, (torch.SymInt, torch.SymFloat)) and SizeVars.active is not None: return SizeVars.active.to_size(s)
   return int(s)
 
 
 def _from_sympy(expr, var_of):
   import sympy
   from torch.utils._sympy import functions as F
-  from torch_uop.core.sym import Sym
+  from torch_uop.core.sym import Sym, SymF, sym_extreme
   if expr.is_Integer: return int(expr)
+  if expr.is_Float or expr.is_Rational: return float(expr)
   if expr.is_Symbol: return Sym(var_of(expr))
   a = [_from_sympy(x, var_of) for x in expr.args]
   if isinstance(expr, sympy.Add):
@@ -157,9 +158,16 @@ def _from_sympy(expr, var_of):
     for x in a[1:]: out = out * x
     return out
   if isinstance(expr, (F.FloorDiv, F.CleanDiv)): return a[0] // a[1]
+  if isinstance(expr, (F.FloatTrueDiv, F.IntTrueDiv)): return a[0] / a[1]
+  if isinstance(expr, F.ToFloat): return SymF(SymF.lift(a[0])) if isinstance(a[0], Sym) else float(a[0])
   if isinstance(expr, (F.Mod, F.PythonMod)): return a[0] % a[1]
   if isinstance(expr, F.ModularIndexing): return (a[0] // a[1]) % a[2]
   if isinstance(expr, F.CeilDiv): return (a[0] + a[1] - 1) // a[1]
+  if isinstance(expr, (sympy.Max, sympy.Min, F.Max, F.Min)):
+    from torch_uop.core.uop import Ops
+    out = a[0]
+    for x in a[1:]: out = sym_extreme(Ops.MAX if isinstance(expr, (sympy.Max, F.Max)) else Ops.MIN, out, x)
+    return out
   if isinstance(expr, (sympy.Pow, F.PowByNatural)) and isinstance(a[1], int) and a[1] >= 0:
     out = 1
     for _ in range(a[1]): out = out * a[0]

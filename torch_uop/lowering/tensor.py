@@ -12,7 +12,7 @@ import math
 from torch_uop.core.uop import UOp, Ops
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import ShapeTracker
-from torch_uop.core.sym import is_sym, hint
+from torch_uop.core.sym import is_sym, hint, known_equal
 
 
 # a reduction of at least SPLIT_REDUCE_MIN elements into fewer than SPLIT_REDUCE_MAX_OUTPUTS results is done in two
@@ -71,7 +71,7 @@ class LT:
     if self.uop.op is Ops.VIEW: base, st = self.uop.src[0], self.uop.arg
     else: base, st = self.uop, ShapeTracker.from_shape(self.shape)
     new = fn(st)
-    if base.op is not Ops.CONST and new.is_contiguous and new.shape == base.shape: return LT(base)
+    if base.op is not Ops.CONST and new.is_contiguous and known_equal(new.shape, base.shape): return LT(base)
     return LT(UOp(Ops.VIEW, self.dtype, (base,), new))
 
   def reshape(self, shape) -> LT:
@@ -80,7 +80,7 @@ class LT:
       known = math.prod(s for s in shape if s != -1)
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
     if math.prod(shape) != self.numel(): raise ValueError(f"cannot reshape {self.shape} to {shape}")
-    if shape == self.shape: return self
+    if known_equal(shape, self.shape): return self
     return self._view(lambda st: st.reshape(shape))
 
   def permute(self, order) -> LT:
@@ -92,7 +92,7 @@ class LT:
     shape = tuple(shape)
     if len(shape) > self.ndim: return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
     shape = tuple(s if n == -1 else n for s, n in zip(self.shape, shape))
-    if shape == self.shape: return self
+    if known_equal(shape, self.shape): return self
     return self._view(lambda st: st.expand(shape))
 
   def shrink(self, bounds) -> LT:
@@ -147,7 +147,7 @@ class LT:
 
   def broadcast_to(self, shape) -> LT:
     shape = tuple(shape)
-    if self.shape == shape: return self
+    if known_equal(self.shape, shape): return self
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
     return x.expand(shape)
 
