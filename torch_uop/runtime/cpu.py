@@ -78,11 +78,14 @@ def _fastcall_args(n_args: int) -> list[str]:
 _RETURN_SELF = ["  %rc = load i64, ptr %self", "  %rc1 = add i64 %rc, 1", "  store i64 %rc1, ptr %self", "  ret ptr %self", "}"]
 
 
-def python_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int) -> str:
+def python_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int | None) -> str:
   """LLVM IR of `entry(*addresses)`, a METH_FASTCALL builtin that calls `kernel(addresses..., 0, split_size)`. It
-  trusts its caller: one int per buffer, each a valid address; the kernel runs holding the GIL. Returns its `self`."""
-  lines = [f"define ptr @{entry}(ptr %self, ptr %args, i64 %nargs) {{", "entry:", *_fastcall_args(n_buffers)]
-  lines.append(f"  call void @{kernel}({''.join(f'ptr %v{i}, ' for i in range(n_buffers))}i64 0, i64 {split_size})")
+  trusts its caller: one int per buffer, each a valid address; the kernel runs holding the GIL. Returns its `self`.
+  With split_size None (a symbolic one), the builtin takes it as one more argument: `entry(*addresses, split_size)`."""
+  n = n_buffers
+  lines = [f"define ptr @{entry}(ptr %self, ptr %args, i64 %nargs) {{", "entry:", *_fastcall_args(n + (split_size is None))]
+  if split_size is None: lines.append(f"  %split = ptrtoint ptr %v{n} to i64")
+  lines.append(f"  call void @{kernel}({''.join(f'ptr %v{i}, ' for i in range(n))}i64 0, i64 {'%split' if split_size is None else split_size})")
   return "\n".join(lines + _RETURN_SELF)
 
 
@@ -107,24 +110,31 @@ def openmp_supported() -> bool:
   return all(llvm.address_of_symbol(s) for s in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads"))
 
 
-def parallel_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int) -> str:
+def parallel_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int | None) -> str:
   """LLVM IR of `entry(*addresses, n_threads)`, a METH_FASTCALL builtin that runs `kernel` over [0, split_size)
   on n_threads OpenMP threads (GOMP_parallel; the caller is thread 0), each taking an equal slice of the split
-  loop. Holds the GIL throughout, like `python_entry_ir`. Needs `openmp_supported()`."""
+  loop. Holds the GIL throughout, like `python_entry_ir`. Needs `openmp_supported()`. With split_size None (a
+  symbolic one): `entry(*addresses, split_size, n_threads)`; the size travels to the threads after the addresses."""
   n = n_buffers
+  symbolic = split_size is None
   lines = [f"define internal void @{entry}.omp(ptr %data) {{", "entry:",
            "  %tid32 = call i32 @omp_get_thread_num()", "  %nt32 = call i32 @omp_get_num_threads()",
-           "  %tid = sext i32 %tid32 to i64", "  %nt = sext i32 %nt32 to i64", "  %tid1 = add i64 %tid, 1",
-           f"  %lo.m = mul i64 %tid, {split_size}", "  %lo = sdiv i64 %lo.m, %nt",
-           f"  %hi.m = mul i64 %tid1, {split_size}", "  %hi = sdiv i64 %hi.m, %nt"]
+           "  %tid = sext i32 %tid32 to i64", "  %nt = sext i32 %nt32 to i64", "  %tid1 = add i64 %tid, 1"]
+  if symbolic:
+    lines += [f"  %split.slot = getelementptr ptr, ptr %data, i64 {n}", "  %split.p = load ptr, ptr %split.slot",
+              "  %split = ptrtoint ptr %split.p to i64"]
+  size = "%split" if symbolic else split_size
+  lines += [f"  %lo.m = mul i64 %tid, {size}", "  %lo = sdiv i64 %lo.m, %nt",
+            f"  %hi.m = mul i64 %tid1, {size}", "  %hi = sdiv i64 %hi.m, %nt"]
   for i in range(n):
     lines += [f"  %b{i}.slot = getelementptr ptr, ptr %data, i64 {i}", f"  %b{i} = load ptr, ptr %b{i}.slot"]
   lines += [f"  call void @{kernel}({''.join(f'ptr %b{i}, ' for i in range(n))}i64 %lo, i64 %hi)", "  ret void", "}"]
-  lines += [f"define ptr @{entry}(ptr %self, ptr %args, i64 %nargs) {{", "entry:", *_fastcall_args(n + 1),
-            f"  %data = alloca [{max(n, 1)} x ptr]"]
-  for i in range(n):
+  n_data = n + symbolic  # the addresses, then the split size if it is an argument
+  lines += [f"define ptr @{entry}(ptr %self, ptr %args, i64 %nargs) {{", "entry:", *_fastcall_args(n_data + 1),
+            f"  %data = alloca [{max(n_data, 1)} x ptr]"]
+  for i in range(n_data):
     lines += [f"  %d{i} = getelementptr ptr, ptr %data, i64 {i}", f"  store ptr %v{i}, ptr %d{i}"]
-  lines += [f"  %nt64 = ptrtoint ptr %v{n} to i64", "  %nt = trunc i64 %nt64 to i32",
+  lines += [f"  %nt64 = ptrtoint ptr %v{n_data} to i64", "  %nt = trunc i64 %nt64 to i32",
             f"  call void @GOMP_parallel(ptr @{entry}.omp, ptr %data, i32 %nt, i32 0)"]
   return "\n".join(lines + _RETURN_SELF)
 

@@ -77,6 +77,7 @@ class KernelStep:
   entry: str | None  # its builtin launcher, for small kernels
   parallel_entry: str | None = None  # its OpenMP launcher, for kernels worth several threads
   label: str = ""    # the kernel's name in this graph (e.g. forward1_k3), for people reading profiles
+  split_arg: bool = False  # its launchers take the split size as an argument (a symbolic one)
 
 
 @dataclass
@@ -181,13 +182,15 @@ class CompiledGraph:
       sym = symbols[k.name]
       if sym in modules: continue
       entries = {}
-      # the launchers bake the split loop's size in: none for a symbolic one
-      if is_sym(k.split_size): modules[sym] = (src.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers)); continue
+      # a symbolic split size (or work) is known per call: such a kernel gets both launchers, which take the split
+      # size as an argument, and each instance picks (_make_plan)
+      symbolic = is_sym(k.split_size) or is_sym(work[k.name])
+      split = None if is_sym(k.split_size) else k.split_size
       # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
-      if python_entries_supported() and hint(work[k.name]) < ENTRY_MAX_WORK:
-        entries[f"{sym}_py"] = python_entry_ir(f"{sym}_py", sym, len(k.buffers), max(k.split_size, 1))
-      if threads.max_threads(k.split_size, hint(work[k.name])) > 1 and openmp_supported():
-        entries[f"{sym}_par"] = parallel_entry_ir(f"{sym}_par", sym, len(k.buffers), k.split_size)
+      if python_entries_supported() and (symbolic or work[k.name] < ENTRY_MAX_WORK):
+        entries[f"{sym}_py"] = python_entry_ir(f"{sym}_py", sym, len(k.buffers), None if split is None else max(split, 1))
+      if openmp_supported() and (symbolic or threads.max_threads(k.split_size, work[k.name]) > 1):
+        entries[f"{sym}_par"] = parallel_entry_ir(f"{sym}_par", sym, len(k.buffers), split)
       modules[sym] = (src.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers))
     signatures = {sym: nbuf for sym, (_, _, nbuf) in modules.items()}
     program = None
@@ -209,7 +212,8 @@ class CompiledGraph:
         steps.append(("kernel", KernelStep(sym, k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
                                            math.prod(info.shape) == 0, k.split_size, work[k.name],
                                            f"{sym}_py" if f"{sym}_py" in program.entries else None,
-                                           f"{sym}_par" if f"{sym}_par" in program.entries else None, k.name)))
+                                           f"{sym}_par" if f"{sym}_par" in program.entries else None, k.name,
+                                           is_sym(k.split_size))))
       else:
         steps.append(("fallback", FallbackStep(item.node.arg, [src.shape for src in item.node.src], item.in_slots, item.out_slots)))
     self.n_fallbacks = sum(1 for s in steps if s[0] == "fallback")
@@ -231,6 +235,9 @@ class CompiledGraph:
     steps, outputs_plan, complex_outputs, signatures, object_code = self._template
     if values:
       steps = [(kind, _concrete_fields(step, values)) for kind, step in steps]
+      # a big instance of a kernel runs outside the GIL-holding builtin launcher
+      steps = [(kind, dataclasses.replace(step, entry=None) if kind == "kernel" and step.work >= ENTRY_MAX_WORK else step)
+               for kind, step in steps]
       outputs_plan = concrete(outputs_plan, values)
     buffers = {s: _concrete_fields(info, values) for s, info in self.buffers.items()} if values else self.buffers
     inputs = [None if spec is None else _concrete_fields(spec, values) for spec in self.inputs] if values else self.inputs
@@ -289,7 +296,8 @@ class CompiledGraph:
         self.steps.append((kind, (program.functions[step.name], step.slots, step.out_slot, step.shape, step.strides,
                                   step.dtype, step.empty, step.split_size, threads.max_threads(step.split_size, step.work),
                                   program.entries.get(step.entry) if step.entry else None,
-                                  program.entries.get(step.parallel_entry) if step.parallel_entry else None)))
+                                  program.entries.get(step.parallel_entry) if step.parallel_entry else None,
+                                  step.split_arg)))
       else:
         self.steps.append((kind, step))
     self.n_kernels = sum(1 for kind, _ in plan.steps if kind == "kernel")
@@ -384,7 +392,7 @@ class CompiledGraph:
     body += addresses(spec.slot for spec in self.inputs if spec is not None)
     for (kind, payload), release in zip(self.steps, self.release):
       if kind == "kernel":
-        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry = payload
+        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry, split_arg = payload
         if out_slot not in self.arena_offsets:
           body.append(f"b{out_slot} = empty({tuple(shape)!r}, {tuple(strides)!r}, {const(dtype, 'D')})")
           body += addresses([out_slot])
@@ -392,8 +400,8 @@ class CompiledGraph:
           args = ", ".join(ptr(s) for s in slots)
           if max_threads > 1:
             body.append(f"launch({const(fn, 'K')}, ({args},), {split_size}, {max_threads}, {const(entry, 'E')}, "
-                        f"{const(par_entry, 'P')})")
-          elif entry is not None: body.append(f"{const(entry, 'E')}({args})")
+                        f"{const(par_entry, 'P')}, {split_arg})")
+          elif entry is not None: body.append(f"{const(entry, 'E')}({args}{f', {max(split_size, 1)}' if split_arg else ''})")
           else: body.append(f"{const(fn, 'K')}({args}, 0, {max(split_size, 1)})")
       else:
         results = "".join(f"b{s}, " for s in payload.out_slots.values())
@@ -436,9 +444,10 @@ class CompiledGraph:
     for i, ((kind, payload), release) in enumerate(zip(self.steps, self.release)):
       if prof is not None: t0 = time.perf_counter()
       if kind == "kernel":
-        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry = payload
+        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry, split_arg = payload
         bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype)
-        if not empty: threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry, par_entry)
+        if not empty:
+          threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry, par_entry, split_arg)
       else:
         self._run_fallback(payload, bufs)
       if prof is not None:

@@ -34,17 +34,21 @@ def max_threads(split_size: int, work: int) -> int:
   return max(1, min(split_size, work // MIN_WORK_PER_THREAD))
 
 
-def launch(fn, ptrs, split_size: int, max_threads: int, entry=None, parallel_entry=None) -> None:
+def launch(fn, ptrs, split_size: int, max_threads: int, entry=None, parallel_entry=None, split_arg: bool = False) -> None:
   """Run `fn` over `[0, split_size)` on min(max_threads, torch.get_num_threads()) threads, read at each call;
   `entry` (optional) runs the whole loop on this thread through the kernel's builtin launcher, `parallel_entry`
-  (optional) on OpenMP threads (runtime/cpu.py parallel_entry_ir); without it, on this module's pool."""
+  (optional) on OpenMP threads (runtime/cpu.py parallel_entry_ir); without it, on this module's pool.
+  `split_arg`: the launchers take the split size as an argument (a kernel with a symbolic one)."""
   n_threads = min(max_threads, torch.get_num_threads())
   if n_threads <= 1:
-    if entry is not None: entry(*ptrs)
+    if entry is not None:
+      if split_arg: entry(*ptrs, max(split_size, 1))
+      else: entry(*ptrs)
     else: fn(*ptrs, 0, max(split_size, 1))
     return
   if parallel_entry is not None:
-    parallel_entry(*ptrs, n_threads)
+    if split_arg: parallel_entry(*ptrs, split_size, n_threads)
+    else: parallel_entry(*ptrs, n_threads)
     return
   bounds = [split_size * i // n_threads for i in range(n_threads + 1)]
   pool = _get_pool(n_threads - 1)
