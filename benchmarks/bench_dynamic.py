@@ -1,5 +1,7 @@
 """Benchmark: dynamic shapes. eager vs Inductor vs torch_uop, each compiled with dynamic=True, over a
-sequence of batch sizes (and, for the transformer, sequence lengths), in one run.
+sequence of batch sizes (and, for the transformer, sequence lengths), in one run. torch_uop runs twice:
+`uop` (the default: one symbolic compile serves every size) and `uop-static` (symbolic_shapes=False: a
+static copy per size).
 
 For each model (MLP, CNN, transformer block of bench_models.py) and mode (inference, training step)
 every backend gets the same seeded model and walks the same list of sizes. At each new size it makes
@@ -10,7 +12,7 @@ eager with assert_close), then times steady calls. It reports:
   speedup over eager across sizes;
 - compile s: the sum over sizes of (first call at that size - a steady call at it): what a user pays
   for the sizes, Dynamo's tracing included;
-- the number of Dynamo graphs (recompiles) and torch_uop's size specializations.
+- the number of Dynamo graphs (recompiles), torch_uop's symbolic compiles and size specializations.
 
   python benchmarks/bench_dynamic.py                  # everything (a few minutes)
   python benchmarks/bench_dynamic.py --models tf --modes train --no-inductor
@@ -52,7 +54,9 @@ def run_backend(name: str, mode: str, backend: str, model, reference: dict | Non
   torch._dynamo.utils.counters.clear()
   torch_uop.reset_metrics()
   model = copy.deepcopy(model).train(mode == "train")
-  compiled = model if backend == "eager" else torch.compile(model, backend=backend, dynamic=True)
+  if backend == "eager": compiled = model
+  elif backend == "uop-static": compiled = torch.compile(model, backend="uop", dynamic=True, options={"symbolic_shapes": False})
+  else: compiled = torch.compile(model, backend=backend, dynamic=True)
   row = {"model": name, "mode": mode, "backend": backend, "sizes": {}, "outputs": {}}
   calls = {}
   for size in SIZES[name]:
@@ -81,9 +85,10 @@ def run_backend(name: str, mode: str, backend: str, model, reference: dict | Non
     s["compile_s"] = max(s["first_s"] - s["ms"] / 1e3, 0.0)
   row["compile_s"] = sum(s["compile_s"] for s in row["sizes"].values()) if backend != "eager" else None
   row["dynamo_graphs"] = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-  if backend == "uop":
+  if backend.startswith("uop"):
     m = torch_uop.metrics()
-    row["uop"] = {k: m[k] for k in ("graphs_compiled", "size_specializations", "graphs_fallen_back", "fallback_nodes_total")}
+    row["uop"] = {k: m[k] for k in ("graphs_compiled", "symbolic_graphs", "size_specializations", "graphs_fallen_back",
+                                    "fallback_nodes_total")}
   return row
 
 
@@ -102,8 +107,11 @@ def fmt(rows: list[dict], backends: list[str]) -> str:
       if b != "eager":
         ok = all(r["sizes"][s]["ok"] for s in SIZES[name])
         extra = f"  compile {r['compile_s']:.2f}s  dynamo graphs {r['dynamo_graphs']}  ok {'yes' if ok else 'NO'}"
-        if "uop" in r: extra += f"  specializations {r['uop']['size_specializations']}  fallbacks {r['uop']['fallback_nodes_total'] + r['uop']['graphs_fallen_back']}"
-      lines.append(f"  {b:9s} ms {' '.join(f'{v:7.3f}' for v in ms)}  x{speedup:5.2f}{extra}")
+        if "uop" in r:
+          u = r["uop"]
+          extra += f"  symbolic {u['symbolic_graphs']}  specializations {u['size_specializations']}  " \
+                   f"fallbacks {u['fallback_nodes_total'] + u['graphs_fallen_back']}"
+      lines.append(f"  {b:10s} ms {' '.join(f'{v:7.3f}' for v in ms)}  x{speedup:5.2f}{extra}")
   lines.append("  ms = median of the best round of steady calls per size; x = geomean over sizes of eager ms / ms;")
   lines.append("  compile = sum over sizes of (first call - steady call); ok = every first call assert_close to eager")
   return "\n".join(lines)
@@ -114,12 +122,13 @@ def main(argv=None) -> int:
   ap.add_argument("--models", default="mlp,cnn,tf")
   ap.add_argument("--modes", default="infer,train")
   ap.add_argument("--no-inductor", action="store_true")
+  ap.add_argument("--no-static", action="store_true", help="leave out uop-static (a static copy per size)")
   ap.add_argument("--rounds", type=int, default=5)
   ap.add_argument("--per-round", type=int, default=10)
   ap.add_argument("--out", default=None)
   args = ap.parse_args(argv)
-  backends = ["eager"] + ([] if args.no_inductor else ["inductor"]) + ["uop"]
-  setup = {b: bm.one_time_setup(b) for b in backends if b != "eager"}
+  backends = ["eager"] + ([] if args.no_inductor else ["inductor"]) + ["uop"] + ([] if args.no_static else ["uop-static"])
+  setup = {b: bm.one_time_setup(b) for b in backends if b not in ("eager", "uop-static")}
   rows = []
   for name in args.models.split(","):
     for mode in args.modes.split(","):

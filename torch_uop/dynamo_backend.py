@@ -142,10 +142,16 @@ class SymbolicGraph:
   def __init__(self, compiled, sizes, guards: list, pinned: set):
     self.compiled, self.sizes, self.guards, self.pinned = compiled, sizes, guards, pinned
 
+  def in_ranges(self, values: dict) -> bool:
+    return all(v.arg[1] <= values[name] <= v.arg[2] for name, v in self.sizes.vars.items())
+
+  def above_minimum(self, values: dict) -> bool:
+    """Whether each size is at least its variable's smallest value (PyTorch's range, e.g. >= 2)."""
+    return all(v.arg[1] <= values[name] for name, v in self.sizes.vars.items())
+
   def accepts(self, values: dict) -> bool:
     from torch_uop.core.sym import guards_hold
-    return all(v.arg[1] <= values[name] <= v.arg[2] for name, v in self.sizes.vars.items()) and \
-        guards_hold(self.guards, values)
+    return self.in_ranges(values) and guards_hold(self.guards, values)
 
 
 def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config, kind: str) -> SymbolicGraph:
@@ -208,7 +214,7 @@ class SizeSpecializedGraph:
   def _for_signature(self, args: list, signature: tuple):
     """The callable for a new signature: an instance of a symbolic graph whose guards its sizes pass (compiling
     one if none does, up to MAX_SYMBOLIC), else a static copy."""
-    if self.config.symbolic_shapes:
+    if self.config.symbolic_shapes and not self._outside_ranges(args):
       for graph in self.symbolic:
         values = graph.sizes.values(args)
         if graph.accepts(values): return self._remember(signature, (graph.compiled.instance(values), None))
@@ -218,6 +224,11 @@ class SizeSpecializedGraph:
           self.symbolic.append(graph)
           return self._remember(signature, (graph.compiled.instance(graph.sizes.values(args)), None))
     return self._specialize(args, signature)
+
+  def _outside_ranges(self, args: list) -> bool:
+    """Whether a size lies below the range its variable has (e.g. a 1 where Dynamo's ShapeEnv assumes >= 2): no
+    symbolic compile can serve it."""
+    return bool(self.symbolic) and not self.symbolic[0].above_minimum(self.symbolic[0].sizes.values(args))
 
   def _remember(self, signature: tuple, entry):
     if len(self.compiled) >= self.MAX_SPECIALIZATIONS: self.compiled.pop(next(iter(self.compiled)))

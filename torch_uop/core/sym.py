@@ -13,6 +13,7 @@ Nothing here knows about torch; lowering/specialize.py makes Syms from PyTorch's
 """
 from __future__ import annotations
 import math
+import threading
 from torch_uop.core.uop import UOp, Ops
 from torch_uop.core.dtypes import dtypes
 from torch_uop.core.symbolic import simplify
@@ -32,8 +33,8 @@ def size_var(name: str, lo: int = 0, hi: int = MAX_VAR) -> UOp:
 
 
 class SizeContext:
-  """The hints and the guards of one symbolic compile. Used as `with SizeContext(hints): ...`."""
-  _active: list = []
+  """The hints and the guards of one symbolic compile. Used as `with SizeContext(hints): ...` (per thread)."""
+  _local = threading.local()
 
   def __init__(self, hints: dict):
     self.hints = hints      # size variable name -> its value in the call being compiled
@@ -41,16 +42,22 @@ class SizeContext:
     self.pinned: set = set()  # variables some code turned into a Python int (the graph is specialized on them)
     self.decided: dict = {}   # condition -> its value (each guard is recorded once)
 
+  @staticmethod
+  def _stack() -> list:
+    if not hasattr(SizeContext._local, "stack"): SizeContext._local.stack = []
+    return SizeContext._local.stack
+
   def __enter__(self):
-    SizeContext._active.append(self)
+    SizeContext._stack().append(self)
     return self
 
-  def __exit__(self, *exc): SizeContext._active.pop()
+  def __exit__(self, *exc): SizeContext._stack().pop()
 
   @staticmethod
   def current() -> SizeContext:
-    if not SizeContext._active: raise SymbolicSizeError("a decision on a symbolic size outside a symbolic compile")
-    return SizeContext._active[-1]
+    stack = SizeContext._stack()
+    if not stack: raise SymbolicSizeError("a decision on a symbolic size outside a symbolic compile")
+    return stack[-1]
 
   def decide(self, cond: UOp) -> bool:
     if cond not in self.decided:
@@ -106,7 +113,8 @@ def known_equal(a, b) -> bool:
     return isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and all(map(known_equal, a, b))
   if not isinstance(a, Sym) and not isinstance(b, Sym): return a == b
   ua, ub = _uop_of(a), _uop_of(b)
-  return ua is ub or simplify(ua - ub) is UOp.const(IDX, 0) if ua is not None and ub is not None else False
+  if ua is None or ub is None: return False
+  return ua is ub or _sign_bounds(simplify(ua - ub)) == (0, 0)  # a*b - b*a is 0 as a polynomial
 
 
 def sym_extreme(op: Ops, a, b):

@@ -42,6 +42,9 @@ def _bounds(u: UOp):
     if u.op is Ops.MOD and b0 == b1 and b0 > 0:
       if a0 >= 0: return (a0, a1) if a1 < b0 else (0, b0 - 1)
       return -(b0 - 1), b0 - 1
+    # a symbolic divisor (a size variable): its smallest and largest values bound the result
+    if u.op is Ops.IDIV and b0 > 0 and a0 >= 0 and not math.isinf(b1): return a0 // b1, a1 // b0
+    if u.op is Ops.MOD and b0 > 0 and a0 >= 0 and not math.isinf(b1): return 0, min(a1, b1 - 1)
   if u.op is Ops.CAST and u.src[0].dtype.is_int | u.src[0].dtype.is_bool:
     lo, hi = u.src[0]._bounds()
     if lo >= lo_t and hi <= hi_t: return lo, hi
@@ -108,7 +111,94 @@ def _factor(t: UOp):
   """term -> (coefficient, base) with base None for constants."""
   if t.op is Ops.CONST: return t.arg, None
   if t.op is Ops.MUL and t.src[1].op is Ops.CONST: return t.src[1].arg, t.src[0]
+  if t.op is Ops.MUL and t.dtype.is_int:  # a product with a constant inside: r * (s * 128) is 128 * (r * s)
+    c, nodes = _factors(t)
+    if c != 1 and nodes: return c, _product(nodes, t.dtype)
   return 1, t
+
+
+def _factors(t: UOp) -> tuple[int, list]:
+  """A product as (its constant, its other factors): r * (s * 128) -> (128, [r, s])."""
+  if t.op is Ops.CONST: return t.arg, []
+  if t.op is not Ops.MUL: return 1, [t]
+  (ca, na), (cb, nb) = _factors(t.src[0]), _factors(t.src[1])
+  return ca * cb, na + nb
+
+
+def _product(nodes: list, dtype) -> UOp:
+  out = nodes[0]
+  for n in nodes[1:]: out = out * n
+  return out
+
+
+def _divide_term(t: UOp, divisor: tuple[int, list]) -> UOp | None:
+  """t / divisor when the divisor's constant and factors are all in t's (a symbolic multiple), else None."""
+  (tc, tn), (dc, dn) = _factors(t), divisor
+  if dc == 0 or tc % dc: return None
+  rest = list(tn)
+  for n in dn:
+    if n not in rest: return None
+    rest.remove(n)
+  q = UOp.const(t.dtype, tc // dc)
+  return q if not rest else _product(rest, t.dtype) * q if tc // dc != 1 else _product(rest, t.dtype)
+
+
+def upper_bound(u: UOp) -> UOp | None:
+  """An expression u never exceeds, over the size variables (a loop range is below its trip count, which may be
+  symbolic); None if there is none to tell. Numeric bounds (vmax) only know the variables' largest values."""
+  if "upper" in u._props: return u._props["upper"]
+  out = None
+  if u.op in (Ops.CONST, Ops.DEFINE_VAR): out = u
+  elif u.op is Ops.RANGE and u.src and u.src[0].op in (Ops.CONST, Ops.DEFINE_VAR, Ops.ADD, Ops.MUL, Ops.IDIV):
+    out = u.src[0] + UOp.const(u.dtype, -1)
+  elif u.op is Ops.ADD and (a := upper_bound(u.src[0])) is not None and (b := upper_bound(u.src[1])) is not None: out = a + b
+  elif u.op is Ops.MUL and u.src[0].vmin >= 0 and u.src[1].vmin >= 0 and (a := upper_bound(u.src[0])) is not None \
+       and (b := upper_bound(u.src[1])) is not None: out = a * b
+  elif u.op is Ops.IDIV and u.src[0].vmin >= 0 and u.src[1].vmin > 0 and (a := upper_bound(u.src[0])) is not None:
+    out = a // u.src[1] if u.src[1].op is Ops.CONST else a
+  elif u.op is Ops.MOD and u.src[0].vmin >= 0 and u.src[1].vmin > 0 and not _has_range(u.src[1]):
+    out = u.src[1] + UOp.const(u.dtype, -1)
+  u._props["upper"] = out
+  return out
+
+
+def _has_range(u: UOp) -> bool: return any(n.op in (Ops.RANGE, Ops.LOAD) for n in u.toposort())
+
+
+def _provably_below(x: UOp, k: UOp) -> bool:
+  """x < k for every value of the size variables (x >= 0), shown through x's symbolic upper bound."""
+  if x.vmax < k.vmin: return True
+  if (ub := upper_bound(x)) is None: return False
+  from torch_uop.core.sym import _sign_bounds
+  return _sign_bounds(simplify(k - ub))[0] > 0
+
+
+def _div_mod_by_symbol(x: UOp, k: UOp, is_mod: bool):
+  """x // k and x % k for a symbolic k > 0 and x >= 0: x when it stays below k; otherwise the terms of x that are
+  multiples of k leave (r0*(T*32) + r1*32 + r3) // (T*32) -> r0 when r1*32 + r3 < T*32."""
+  if not x.dtype.is_int or k.op is Ops.CONST or k.vmin <= 0 or x.vmin < 0: return None
+  if _provably_below(x, k): return x if is_mod else UOp.const(x.dtype, 0)
+  divisor = _factors(k)
+  c = divisor[0]
+  if c > 1:  # (y*c + b) // (k'*c) -> y // k' and (y*c + b) % (k'*c) -> (y % k')*c + b, for 0 <= b < c
+    terms = [_factor(t) for t in _split_terms(x)]
+    y = [(coef // c, base) for coef, base in terms if coef % c == 0 and base is not None]
+    b = [(coef, base) for coef, base in terms if not (coef % c == 0 and base is not None)]
+    b_sum = _sum_terms(b, x.dtype) if b else UOp.const(x.dtype, 0)
+    if y and b_sum.vmin >= 0 and b_sum.vmax < c:
+      y_sum, k_rest = _sum_terms(y, x.dtype), _product(divisor[1], x.dtype)
+      if y_sum.vmin >= 0:
+        return (y_sum % k_rest) * UOp.const(x.dtype, c) + b_sum if is_mod else y_sum // k_rest
+  quotient, rest = [], []
+  for t in _split_terms(x):
+    q = _divide_term(t, divisor)
+    if q is None: rest.append(t)
+    else: quotient.append(q)
+  if not quotient: return None
+  rest_sum = _sum_terms([(1, t) for t in rest], x.dtype) if rest else UOp.const(x.dtype, 0)
+  q_sum = _sum_terms([(1, t) for t in quotient], x.dtype)
+  if rest_sum.vmin < 0 or q_sum.vmin < 0: return None
+  return rest_sum % k if is_mod else q_sum + rest_sum // k
 
 
 def _sum_terms(terms: list[tuple[int, UOp | None]], dtype) -> UOp:
@@ -232,6 +322,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.ADD, name="x"), _recombine_div_mod),
   (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: _div_mod_by_const(x, c, False)),
   (UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: _div_mod_by_const(x, c, True)),
+  (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.var("k"))), lambda x, k: _div_mod_by_symbol(x, k, False)),
+  (UPat(Ops.MOD, src=(UPat.var("x"), UPat.var("k"))), lambda x, k: _div_mod_by_symbol(x, k, True)),
   # max/min that bounds settle: max(x, 1) is x when x >= 1
   (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("y"))),
    lambda x, y: (x if x.vmin >= y.vmax else y if y.vmin >= x.vmax else None) if x.dtype.is_int else None),

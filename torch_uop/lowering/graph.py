@@ -131,11 +131,11 @@ def _check_result(node: torch.fx.Node, out) -> None:
 def lower_graph(gm: torch.fx.GraphModule, debug: int = 0, sizes: SizeVars | None = None) -> LoweredGraph:
   """`sizes`: lower a graph with symbolic sizes as it is, its SymInts becoming core.sym.Syms (inside a
   core.sym.SizeContext, which records the guards the lowering's decisions need)."""
-  SizeVars.active = sizes
+  SizeVars.set_active(sizes)
   try: return _lower_graph(gm, debug)
   except UnsupportedDType as e:  # an input, or a value a fallback op would have to hold, has no IR dtype (e.g. complex)
     raise WholeGraphFallback(str(e)) from e
-  finally: SizeVars.active = None
+  finally: SizeVars.set_active(None)
 
 
 def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
@@ -148,7 +148,7 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
     val = node.meta.get("val")
     if is_symbolic(val):
       # a graph with symbolic sizes is lowered symbolically or as a static copy (lowering/specialize.py)
-      if SizeVars.active is None: raise WholeGraphFallback(f"symbolic sizes at {node.name}")
+      if SizeVars.active() is None: raise WholeGraphFallback(f"symbolic sizes at {node.name}")
       if isinstance(val, torch.SymBool): raise WholeGraphFallback(f"symbolic {type(val).__name__} at {node.name}")
       if isinstance(val, (torch.SymInt, torch.SymFloat)):  # a size, or arithmetic on sizes: its value as an expression
         env[node] = to_size(val)

@@ -12,6 +12,7 @@ static FakeTensorMode), size arithmetic folded into constants, SymInt placeholde
 copy is an ordinary static graph for the rest of the pipeline. It must not change the original.
 """
 from __future__ import annotations
+import threading
 import torch
 from torch.fx.node import map_arg
 
@@ -79,9 +80,15 @@ def specialize(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModu
 
 class SizeVars:
   """PyTorch's size symbols (the sympy Symbols of a graph's ShapeEnv) as the IR's size variables, and where a
-  call's arguments hold each one's value. While a graph is lowered symbolically, `SizeVars.active` converts
-  every SymInt the lowering meets (`to_size`) into a core.sym.Sym."""
-  active: "SizeVars | None" = None
+  call's arguments hold each one's value. While a graph is lowered symbolically, `SizeVars.active()` (per
+  thread) converts every SymInt the lowering meets (`to_size`) into a core.sym.Sym."""
+  _local = threading.local()
+
+  @staticmethod
+  def active() -> "SizeVars | None": return getattr(SizeVars._local, "sizes", None)
+
+  @staticmethod
+  def set_active(sizes: "SizeVars | None") -> None: SizeVars._local.sizes = sizes
 
   def __init__(self, gm: torch.fx.GraphModule):
     self.vars: dict = {}     # symbol name -> DEFINE_VAR
@@ -115,7 +122,7 @@ class SizeVars:
     return out
 
   def var(self, symbol, shape_env):
-    from torch_uop.core.sym import size_var, MAX_VAR
+    from torch_uop.core.sym import size_var, MAX_VAR, SizeContext
     name = str(symbol)
     if name not in self.vars:
       if name not in self.sources: raise NotImplementedError(f"size {name} is not an input's size")
@@ -126,6 +133,11 @@ class SizeVars:
         except Exception: pass
         try: hi = min(int(vr.upper), MAX_VAR)
         except Exception: pass  # unbounded (int_oo)
+      # the variable's largest value is assumed near this call's (up to 256x, at least 2**16): numeric bounds of
+      # index math over several variables then stay inside int64, so div/mod rules can use them. A larger size
+      # fails SymbolicGraph.accepts and gets a symbolic compile of its own.
+      hint = SizeContext.current().hints.get(name, 0)
+      hi = min(hi, max(1 << 16, 1 << (hint.bit_length() + 8)))
       self.vars[name] = size_var(name, lo, hi)
     return self.vars[name]
 
@@ -137,7 +149,7 @@ class SizeVars:
 
 def to_size(s):
   """A size from a meta value: an int; a SymInt becomes a core.sym.Sym while a graph is lowered symbolically."""
-  if isinstance(s, (torch.SymInt, torch.SymFloat)) and SizeVars.active is not None: return SizeVars.active.to_size(s)
+  if isinstance(s, (torch.SymInt, torch.SymFloat)) and (sizes := SizeVars.active()) is not None: return sizes.to_size(s)
   return int(s)
 
 

@@ -1,0 +1,107 @@
+"""Symbolic sizes (core/sym.py) and graphs compiled once for every size: decisions the variables' ranges settle
+guard nothing, the others are guarded on the first call's sizes, and a size that fails a guard gets its own
+compile. Every result is checked against eager."""
+import pytest
+import torch
+import torch_uop
+from torch_uop.core.sym import Sym, SymF, SizeContext, SymbolicSizeError, size_var, evaluate, guards_hold, known_equal
+from helpers import fresh_compiled, assert_ran_natively
+
+
+def _vars():
+  return Sym(size_var("a", 2)), Sym(size_var("b", 2))
+
+
+def test_arithmetic_builds_expressions_and_folds_constants():
+  a, b = _vars()
+  assert (a * 0) == 0 and isinstance(a * 0, int)
+  e = (a + 3) * b - b * 3
+  assert evaluate(e.uop, {"a": 5, "b": 7}) == 35
+  assert evaluate((a * b // b).uop, {"a": 9, "b": 4}) == 9
+  assert isinstance(a / 2, SymF) and evaluate((a / b).uop, {"a": 3, "b": 4}) == 0.75
+
+
+def test_decisions_the_ranges_settle_need_no_guard():
+  a, b = _vars()
+  with SizeContext({"a": 4, "b": 6}) as ctx:
+    assert a != 1 and a > 0 and a * b != 0
+    assert a * b > a  # a*b - a = a*(b - 1) >= 2: the polynomial bound, where intervals cannot tell
+    assert not (a * b == a)
+    assert known_equal((a * b, 3), (b * a, 3)) and not known_equal((a,), (b,)) and not known_equal((a,), (a, 1))
+  assert ctx.guards == []
+
+
+def test_other_decisions_are_guarded_on_the_hints():
+  a, b = _vars()
+  with SizeContext({"a": 4, "b": 6}) as ctx:
+    assert a < b
+    assert a % 2 == 0
+    assert int(a + b) == 10 and ctx.pinned == {a.uop, b.uop}
+  assert len(ctx.guards) == 3
+  assert guards_hold(ctx.guards, {"a": 4, "b": 6})
+  assert not guards_hold(ctx.guards, {"a": 6, "b": 4})   # a < b fails
+  assert not guards_hold(ctx.guards, {"a": 3, "b": 7})   # a % 2 == 0 fails
+
+
+def test_a_decision_outside_a_compile_is_an_error():
+  a, b = _vars()
+  with pytest.raises(SymbolicSizeError):
+    bool(a < b)
+
+
+def test_new_sizes_reuse_the_kernels():
+  fn = lambda x, w: torch.softmax(x @ w, -1) * x.shape[0]
+  w = torch.randn(12, 20)
+  compiled = fresh_compiled(fn, dynamic=True)
+  x = torch.randn(3, 12)
+  torch.testing.assert_close(compiled(x, w), fn(x, w))
+  after_first = torch_uop.metrics()
+  for n in (5, 17, 64):
+    x = torch.randn(n, 12)
+    torch.testing.assert_close(compiled(x, w), fn(x, w))
+  m = assert_ran_natively()
+  assert m["symbolic_graphs"] == 1 and m["size_specializations"] == 0
+  assert m["kernels_compiled"] == after_first["kernels_compiled"], "no kernel is compiled for a new size"
+  assert m["compile_time_s"].get("llvm", 0) == after_first["compile_time_s"].get("llvm", 0)
+
+
+def test_a_size_that_fails_a_guard_gets_its_own_compile():
+  # the slice's length s // 2 is guarded != 1 at the first sizes; a width of 3 makes it 1
+  fn = lambda x: x[:, : x.shape[1] // 2] * 2
+  compiled = fresh_compiled(fn, dynamic=True)
+  for n, m in [(4, 6), (5, 8), (7, 3), (2, 10)]:
+    x = torch.randn(n, m)
+    torch.testing.assert_close(compiled(x), fn(x))
+  m = assert_ran_natively()
+  assert m["symbolic_graphs"] == 2 and m["size_specializations"] == 0
+
+
+def test_a_split_reduction_is_guarded_on_divisibility():
+  # a long sum is cut into 64 parts only when 64 divides its length: another length must not reuse those kernels
+  fn = lambda x: x.sum() + x.max()
+  compiled = fresh_compiled(fn, dynamic=True)
+  for n in (1 << 18, (1 << 18) + 64, (1 << 18) + 1, (1 << 18) + 7):
+    x = torch.randn(n)
+    torch.testing.assert_close(compiled(x), fn(x), rtol=1e-4, atol=1e-3)
+  m = assert_ran_natively()
+  assert m["symbolic_graphs"] == 2 and m["size_specializations"] == 0
+
+
+def test_symbolic_strides_and_layouts():
+  # transposed and sliced inputs of one dynamic graph: strides are expressions too, and checked at each call
+  fn = lambda x: (x.exp() + 1).sum(0)
+  compiled = fresh_compiled(fn, dynamic=True)
+  a = torch.randn(6, 9)
+  for x in (a, torch.randn(4, 3), a.t(), a[:, ::2], torch.randn(7, 5).t()):
+    torch.testing.assert_close(compiled(x), fn(x))
+  assert_ran_natively()
+
+
+def test_option_off_compiles_static_copies():
+  fn = lambda x: x.relu() + x.shape[0]
+  compiled = fresh_compiled(fn, {"symbolic_shapes": False}, dynamic=True)
+  for n in (3, 5):
+    x = torch.randn(n, 4)
+    torch.testing.assert_close(compiled(x), fn(x))
+  m = assert_ran_natively()
+  assert m["symbolic_graphs"] == 0 and m["size_specializations"] == 2
