@@ -185,8 +185,10 @@ def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config,
 class SizeSpecializedGraph:
   """The callable for a graph with symbolic sizes (dynamic=True, mark_dynamic, automatic dynamic shapes).
   Dynamo and AOTAutograd trace it once; at each call this looks up the sizes and strides of the arguments
-  and runs the static graph compiled for them, compiling one (lowering/specialize.py) the first time a
-  signature is seen. Each such compile counts in metrics()["size_specializations"]; a static copy that
+  (the signature) and runs what it made for them the first time it saw them: an instance of the graph compiled
+  once with size variables (compile_symbolic_graph; another symbolic compile when the sizes fail the first
+  one's guards), or, where the symbolic path cannot hold the graph or symbolic_shapes is off, a static copy
+  for those sizes (lowering/specialize.py, counted in metrics()["size_specializations"]). A static copy that
   cannot be made runs the symbolic graph in torch for that signature, counted in graphs_fallen_back."""
 
   MAX_SPECIALIZATIONS = 64  # beyond this many signatures, the oldest compiled one is dropped
@@ -247,7 +249,7 @@ class SizeSpecializedGraph:
       return None
     if self.config.debug >= 1:
       print(f"[torch_uop] symbolic {self.kind} graph compiled in {time.perf_counter() - t0:.3f}s: variables "
-            f"{sorted(graph.sizes.vars)}, {len(graph.guards)} guards, pinned {sorted(graph.pinned)}", file=sys.stderr)
+            f"{sorted(graph.sizes.vars)}, {len(graph.guards)} guards, specialized on {sorted(graph.pinned) or 'none'}", file=sys.stderr)
     return graph
 
   def _specialize(self, args: list, signature: tuple):

@@ -39,7 +39,7 @@ class SizeContext:
   def __init__(self, hints: dict):
     self.hints = hints      # size variable name -> its value in the call being compiled
     self.guards: list = []  # (bool UOp over the variables, the value it must have)
-    self.pinned: set = set()  # variables some code turned into a Python int (the graph is specialized on them)
+    self.pinned: set = set()  # names of variables some code turned into a Python int (the graph is specialized on them)
     self.decided: dict = {}   # condition -> its value (each guard is recorded once)
 
   @staticmethod
@@ -213,7 +213,7 @@ class Sym:
     ctx = SizeContext.current()
     value = evaluate(self.uop, ctx.hints)
     ctx.decide(UOp(Ops.CMPEQ, dtypes.bool, (self.uop, UOp.const(IDX, value))))
-    ctx.pinned |= {n for n in self.uop.toposort() if n.op is Ops.DEFINE_VAR}
+    ctx.pinned |= {n.arg[0] for n in self.uop.toposort() if n.op is Ops.DEFINE_VAR}
     return value
 
   __int__ = __index__
@@ -257,7 +257,7 @@ class SymF:
     ctx = SizeContext.current()
     value = evaluate(self.uop, ctx.hints)
     ctx.decide(UOp(Ops.CMPEQ, dtypes.bool, (self.uop, UOp.const(dtypes.float64, value))))
-    ctx.pinned |= {n for n in self.uop.toposort() if n.op is Ops.DEFINE_VAR}
+    ctx.pinned |= {n.arg[0] for n in self.uop.toposort() if n.op is Ops.DEFINE_VAR}
     return value
 
 

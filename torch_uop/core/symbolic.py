@@ -318,6 +318,10 @@ symbolic = PatternMatcher([
   (UPat(Ops.MUL, src=(UPat.cvar("c"), UPat.var("x"))), lambda c, x: x * c if x.op is not Ops.CONST and _is_index(x) else None),
   ((UPat.var("x") * UPat.cvar("c1")) * UPat.cvar("c2"), _mul_assoc),
   (UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("a"), UPat.var("b"))), UPat.cvar("c"))), _distribute_const_mul),
+  # a symbolic stride distributes over loop index terms too, so like terms meet: (r + 1)*s + s*-1 -> r*s (sums of
+  # sizes alone stay factored: (s + 2)*(s + 2) is a divisor div/mod rules must recognize)
+  (UPat(Ops.MUL, src=[UPat(Ops.ADD, src=(UPat.var("a"), UPat.var("b"))), UPat.var("x")]),
+   lambda a, b, x: a * x + b * x if a.dtype.is_int and _is_size_expr(x) and (_has_range(a) or _has_range(b)) else None),
   (UPat(Ops.ADD, name="x"), _combine_terms),
   (UPat(Ops.ADD, name="x"), _recombine_div_mod),
   (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: _div_mod_by_const(x, c, False)),
@@ -358,29 +362,52 @@ def _affine_in_one_range(e: UOp):
   return (e, f, o) if e.op is Ops.RANGE and f > 0 else None
 
 
+def _is_size_expr(u: UOp) -> bool:
+  """A non-constant index expression of size variables only (no loop range, no data): a symbolic bound."""
+  return u.op is not Ops.CONST and u.dtype.is_int and all(n.op not in (Ops.RANGE, Ops.LOAD, Ops.LOOP_VAR) for n in u.toposort())
+
+
 def range_limits(valid: UOp) -> dict:
   """Loop range -> [lo, hi) that the conjunction `valid` implies for it, from its clauses of the form
-  c <= r*f + o and r*f + o < c (the masks of padded, sliced and concatenated views)."""
+  c <= r*f + o and r*f + o < c (the masks of padded, sliced and concatenated views). A bound is an int, or, from
+  a clause r + o < c whose c is an expression of size variables, a UOp (then only one clause per side is used)."""
   limits: dict = {}
   clauses, stack = [], [valid]
   while stack:
     c = stack.pop()
     if c.op is Ops.AND and c.dtype.is_bool: stack.extend(c.src)
     else: clauses.append(c)
+  const = lambda v: UOp.const(dtypes.index, v)
   for c in clauses:
     if c.op not in (Ops.CMPLT, Ops.CMPLE): continue
     a, b = c.src
     if b.op is Ops.CONST and (t := _affine_in_one_range(a)):  # r*f + o < b  (or <=)
       r, f, o = t
       bound = b.arg - o + (1 if c.op is Ops.CMPLE else 0)   # r*f < bound
-      lo, hi = limits.get(r, (0, r.vmax + 1))
-      limits[r] = (lo, min(hi, -(-bound // f)))
+      lo, hi = limits.get(r, (0, None))
+      new = -(-bound // f)
+      limits[r] = (lo, new if hi is None or isinstance(hi, UOp) else min(hi, new))
     elif a.op is Ops.CONST and (t := _affine_in_one_range(b)):  # a < r*f + o  (or <=)
       r, f, o = t
       bound = a.arg - o + (1 if c.op is Ops.CMPLT else 0)    # r*f >= bound
-      lo, hi = limits.get(r, (0, r.vmax + 1))
-      limits[r] = (max(lo, -(-bound // f)), hi)
-  return {r: (lo, hi) for r, (lo, hi) in limits.items() if (lo, hi) != (0, r.vmax + 1) and lo < hi}
+      lo, hi = limits.get(r, (0, None))
+      new = -(-bound // f)
+      limits[r] = (new if isinstance(lo, UOp) else max(lo, new), hi)
+    elif _is_size_expr(b) and (t := _affine_in_one_range(a)) and t[1] == 1:  # r + o < B, B symbolic
+      r, _, o = t
+      lo, hi = limits.get(r, (0, None))
+      if hi is None: limits[r] = (lo, simplify(b + const(1 - o if c.op is Ops.CMPLE else -o)))
+    elif _is_size_expr(a) and (t := _affine_in_one_range(b)) and t[1] == 1:  # A <= r + o, A symbolic
+      r, _, o = t
+      lo, hi = limits.get(r, (0, None))
+      if lo == 0: limits[r] = (simplify(a + const((1 if c.op is Ops.CMPLT else 0) - o)), hi)
+  out = {}
+  for r, (lo, hi) in limits.items():
+    if hi is None: hi = r.src[0] if r.src[0].op is not Ops.CONST else r.vmax + 1
+    if isinstance(lo, int) and isinstance(hi, int) and ((lo, hi) == (0, r.vmax + 1) or lo >= hi): continue
+    if isinstance(lo, int) and lo == 0 and hi is r.src[0]: continue
+    out[r] = (lo, hi)
+  return out
 
 
 def simplify_given(u: UOp, valid: UOp) -> UOp:
@@ -393,7 +420,7 @@ def simplify_within(u: UOp, limits: dict) -> UOp:
   """simplify(u) with each range r of `limits` (from range_limits) known to lie in [lo, hi): r is replaced by a
   fresh range of hi - lo iterations plus lo, simplified, and put back."""
   if not limits: return simplify(u)
-  const = lambda v: UOp.const(dtypes.index, v)
-  fresh = {r: UOp(Ops.RANGE, r.dtype, (const(hi - lo),), (r.arg, "limited", lo)) for r, (lo, hi) in limits.items()}
-  narrowed = simplify(substitute(u, {r: fresh[r] + const(lo) for r, (lo, _) in limits.items()}))
-  return simplify(substitute(narrowed, {fresh[r]: r - const(lo) for r, (lo, _) in limits.items()}))
+  ix = lambda v: v if isinstance(v, UOp) else UOp.const(dtypes.index, v)  # a bound may be a symbolic size
+  fresh = {r: UOp(Ops.RANGE, r.dtype, (simplify(ix(hi) - ix(lo)),), (r.arg, "limited", lo)) for r, (lo, hi) in limits.items()}
+  narrowed = simplify(substitute(u, {r: fresh[r] + ix(lo) for r, (lo, _) in limits.items()}))
+  return simplify(substitute(narrowed, {fresh[r]: r - ix(lo) for r, (lo, _) in limits.items()}))
