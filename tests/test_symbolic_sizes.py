@@ -53,16 +53,21 @@ def test_new_sizes_reuse_the_kernels():
   fn = lambda x, w: torch.softmax(x @ w, -1) * x.shape[0]
   w = torch.randn(12, 20)
   compiled = fresh_compiled(fn, dynamic=True)
-  x = torch.randn(3, 12)
-  torch.testing.assert_close(compiled(x, w), fn(x, w))
-  after_first = torch_uop.metrics()
-  for n in (5, 17, 64):
+  for n in (3, 5):  # the second size compiles the graph again with the sizes that stayed (12, 20) pinned
+    x = torch.randn(n, 12)
+    torch.testing.assert_close(compiled(x, w), fn(x, w))
+  after_second = torch_uop.metrics()
+  for n in (17, 64, 2):
     x = torch.randn(n, 12)
     torch.testing.assert_close(compiled(x, w), fn(x, w))
   m = assert_ran_natively()
-  assert m["symbolic_graphs"] == 1 and m["size_specializations"] == 0
-  assert m["kernels_compiled"] == after_first["kernels_compiled"], "no kernel is compiled for a new size"
-  assert m["compile_time_s"].get("llvm", 0) == after_first["compile_time_s"].get("llvm", 0)
+  assert m["symbolic_graphs"] == 2 and m["size_specializations"] == 0
+  assert m["kernels_compiled"] == after_second["kernels_compiled"], "no kernel is compiled for a new size"
+  assert m["compile_time_s"].get("llvm", 0) == after_second["compile_time_s"].get("llvm", 0)
+  # a width of another size fails the pinned graph's guard: the first graph serves it
+  w2, x = torch.randn(7, 20), torch.randn(4, 7)
+  torch.testing.assert_close(compiled(x, w2), fn(x, w2))
+  assert torch_uop.metrics()["kernels_compiled"] == after_second["kernels_compiled"]
 
 
 def test_a_size_that_fails_a_guard_gets_its_own_compile():

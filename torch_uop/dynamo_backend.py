@@ -154,10 +154,12 @@ class SymbolicGraph:
     return self.in_ranges(values) and guards_hold(self.guards, values)
 
 
-def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config, kind: str) -> SymbolicGraph:
+def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config, kind: str,
+                           pinned: dict | None = None) -> SymbolicGraph:
   """Lower and compile a graph with symbolic sizes as it is: its kernels take the size variables' values at run
-  time. The sizes of `args` are the hints for the decisions that need a value (each recorded as a guard).
-  Raises whatever the symbolic path cannot hold (the caller compiles static copies instead)."""
+  time. The sizes of `args` are the hints for the decisions that need a value (each recorded as a guard);
+  `pinned` sizes (name -> value) are constants under a guard. Raises whatever the symbolic path cannot hold (the
+  caller compiles static copies instead)."""
   from torch_uop.lowering.graph import lower_graph
   from torch_uop.lowering.specialize import SizeVars
   from torch_uop.runtime.executor import CompiledGraph
@@ -165,7 +167,7 @@ def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config,
   import torch_uop.lowering  # noqa: F401  fills the registry
   st = _metrics.state()
   t0 = time.perf_counter()
-  sizes = SizeVars(gm)
+  sizes = SizeVars(gm, pinned)
   decided = sizes.torch_decisions()
   with SizeContext(sizes.values(args)) as ctx:
     lowered = lower_graph(gm, config.debug, sizes)
@@ -198,8 +200,11 @@ class SizeSpecializedGraph:
     from torch_uop.lowering.specialize import signature_positions
     self.gm, self.config, self.kind = gm, config, kind
     self.compiled: dict = {}  # call signature -> (callable, positions of the arguments it takes)
-    self.symbolic: list = []  # SymbolicGraph
+    self.symbolic: list = []  # SymbolicGraph, the first that accepts a call's sizes serves it
     self.symbolic_failures = 0
+    from torch_uop.lowering.specialize import SizeVars
+    self.sources = SizeVars(gm)  # where each size variable's value is in a call's arguments
+    self.first_values, self.refined = None, False
     self._boxed_call = True  # AOTAutograd passes one list of arguments
     self.positions = signature_positions(gm)
 
@@ -217,30 +222,39 @@ class SizeSpecializedGraph:
     """The callable for a new signature: an instance of a symbolic graph whose guards its sizes pass (compiling
     one if none does, up to MAX_SYMBOLIC), else a static copy."""
     if self.config.symbolic_shapes and not self._outside_ranges(args):
+      values = self.sources.values(args)
+      if self.first_values is None: self.first_values = values
+      elif not self.refined and self.symbolic and values != self.first_values:
+        # the second sizes seen: the sizes that stayed (an image's height, a hidden size) are pinned in a second,
+        # faster compile that serves every call where they stay; the first graph serves the others
+        self.refined = True
+        steady = {n: v for n, v in values.items() if self.first_values[n] == v}
+        if steady and (graph := self._compile_symbolic(args, steady)) is not None:
+          self.symbolic.insert(0, graph)
+          self.compiled.clear()  # sizes seen before go to the graph that serves them best (an instance is cheap)
       for graph in self.symbolic:
-        values = graph.sizes.values(args)
         if graph.accepts(values): return self._remember(signature, (graph.compiled.instance(values), None))
       if self.symbolic_failures == 0 and len(self.symbolic) < self.MAX_SYMBOLIC:
         graph = self._compile_symbolic(args)
         if graph is not None:
           self.symbolic.append(graph)
-          return self._remember(signature, (graph.compiled.instance(graph.sizes.values(args)), None))
+          return self._remember(signature, (graph.compiled.instance(values), None))
     return self._specialize(args, signature)
 
   def _outside_ranges(self, args: list) -> bool:
     """Whether a size lies below the range its variable has (e.g. a 1 where Dynamo's ShapeEnv assumes >= 2): no
     symbolic compile can serve it."""
-    return bool(self.symbolic) and not self.symbolic[0].above_minimum(self.symbolic[0].sizes.values(args))
+    return bool(self.symbolic) and not self.symbolic[-1].above_minimum(self.symbolic[-1].sizes.values(args))
 
   def _remember(self, signature: tuple, entry):
     if len(self.compiled) >= self.MAX_SPECIALIZATIONS: self.compiled.pop(next(iter(self.compiled)))
     self.compiled[signature] = entry
     return entry
 
-  def _compile_symbolic(self, args: list):
+  def _compile_symbolic(self, args: list, pinned: dict | None = None):
     t0 = time.perf_counter()
     try:
-      graph = compile_symbolic_graph(self.gm, args, self.config, self.kind)
+      graph = compile_symbolic_graph(self.gm, args, self.config, self.kind, pinned)
     except Exception as e:  # anything the symbolic path cannot hold: static copies instead
       self.symbolic_failures += 1
       if self.config.debug >= 1:

@@ -90,7 +90,9 @@ class SizeVars:
   @staticmethod
   def set_active(sizes: "SizeVars | None") -> None: SizeVars._local.sizes = sizes
 
-  def __init__(self, gm: torch.fx.GraphModule):
+  def __init__(self, gm: torch.fx.GraphModule, pinned: dict | None = None):
+    """`pinned`: symbol name -> the value the compile treats it as (a constant, under a guard)."""
+    self.pinned = dict(pinned or {})
     self.vars: dict = {}     # symbol name -> DEFINE_VAR
     self.sources: dict = {}  # symbol name -> ("int", arg index) | ("size", arg index, dim) | ("stride", arg index, dim)
     self.shape_env = None
@@ -122,8 +124,14 @@ class SizeVars:
     return out
 
   def var(self, symbol, shape_env):
+    """The DEFINE_VAR of a symbol; a pinned symbol is its value, guarded."""
     from torch_uop.core.sym import size_var, MAX_VAR, SizeContext
     name = str(symbol)
+    if name in self.pinned:
+      from torch_uop.core.uop import UOp, Ops
+      from torch_uop.core.dtypes import dtypes
+      SizeContext.current().decide(UOp(Ops.CMPEQ, dtypes.bool, (size_var(name), UOp.const(dtypes.index, self.pinned[name]))))
+      return self.pinned[name]
     if name not in self.vars:
       if name not in self.sources: raise NotImplementedError(f"size {name} is not an input's size")
       lo, hi = 0, MAX_VAR
@@ -157,9 +165,12 @@ def _from_sympy(expr, var_of):
   import sympy
   from torch.utils._sympy import functions as F
   from torch_uop.core.sym import Sym, SymF, sym_extreme
+  from torch_uop.core.uop import UOp
   if expr.is_Integer: return int(expr)
   if expr.is_Float or expr.is_Rational: return float(expr)
-  if expr.is_Symbol: return Sym(var_of(expr))
+  if expr.is_Symbol:
+    v = var_of(expr)
+    return Sym(v) if isinstance(v, UOp) else v
   a = [_from_sympy(x, var_of) for x in expr.args]
   if isinstance(expr, sympy.Add):
     out = a[0]
