@@ -43,7 +43,7 @@ def mean(ctx, x, dims=None, keepdim=False, dtype=None):
   for a in axes: n *= x.shape[a]
   acc = compute_dtype(ctx.dtype)
   total = x.cast(acc).reduce(Ops.ADD, axes, keepdim)
-  return (total / float(n)).cast(ctx.dtype)   # as eager: sum (in float for half types), then divide; 0/0 is NaN
+  return (total / n).cast(ctx.dtype)   # as eager: sum (in float for half types), then divide; 0/0 is NaN (n may be symbolic)
 
 
 def _empty_result(ctx, i: int = 0) -> LT:
