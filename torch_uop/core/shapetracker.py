@@ -119,7 +119,7 @@ class View:
         return View(shape, tuple(strides), self.offset, tuple(mask))
       return None
     old = [(s, st) for s, st in zip(self.shape, self.strides) if s != 1]
-    new_strides, oi = [], 0
+    oi = 0
     ni = 0
     shape_nz = [s for s in shape]
     result = [0] * len(shape)

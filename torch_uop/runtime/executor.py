@@ -23,7 +23,7 @@ import threading
 import time
 import torch
 from torch_uop.core.dtypes import to_torch, dtypes
-from torch_uop.core.sym import Sym, is_sym, hint, concrete
+from torch_uop.core.sym import Sym, is_sym, concrete
 from torch_uop.core.uop import UOp, Ops, pretty
 from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo
