@@ -144,11 +144,31 @@ def _uop_of(x):
   return UOp.const(IDX, x)
 
 
-class Sym:
-  """An integer size that is an expression of size variables (see the module docstring)."""
+class _SizeExpr:
+  """What Sym and SymF share: arithmetic through `_bin`, and pinning to the hint."""
   __slots__ = ("uop",)
 
   def __init__(self, uop: UOp): self.uop = uop
+  def __hash__(self): return hash(self.uop)
+  def __add__(self, x): return self._bin(Ops.ADD, x)
+  def __radd__(self, x): return self._bin(Ops.ADD, x, True)
+  def __sub__(self, x): return self._bin(Ops.SUB, x)
+  def __rsub__(self, x): return self._bin(Ops.SUB, x, True)
+  def __mul__(self, x): return self._bin(Ops.MUL, x)
+  def __rmul__(self, x): return self._bin(Ops.MUL, x, True)
+
+  def _pin(self):
+    """This expression's value in the call being compiled, guarded to stay it (the graph is specialized on it)."""
+    ctx = SizeContext.current()
+    value = evaluate(self.uop, ctx.hints)
+    ctx.decide(UOp(Ops.CMPEQ, dtypes.bool, (self.uop, UOp.const(self.uop.dtype, value))))
+    ctx.pinned |= {n.arg[0] for n in self.uop.toposort() if n.op is Ops.DEFINE_VAR}
+    return value
+
+
+class Sym(_SizeExpr):
+  """An integer size that is an expression of size variables (see the module docstring)."""
+  __slots__ = ()
 
   @staticmethod
   def of(u: UOp):
@@ -157,7 +177,7 @@ class Sym:
     return u.arg if u.op is Ops.CONST else Sym(u)
 
   def __repr__(self): return f"Sym({_show(self.uop)})"
-  def __hash__(self): return hash(self.uop)
+  __hash__ = _SizeExpr.__hash__  # (defining __eq__ below would otherwise drop it)
 
   def _bin(self, op: Ops, other, reverse: bool = False):
     o = _uop_of(other)
@@ -169,12 +189,6 @@ class Sym:
       return x // y if op is Ops.IDIV else x % y
     return Sym.of(UOp(op, IDX, (a, b)))
 
-  def __add__(self, x): return self._bin(Ops.ADD, x)
-  def __radd__(self, x): return self._bin(Ops.ADD, x, True)
-  def __sub__(self, x): return self._bin(Ops.SUB, x)
-  def __rsub__(self, x): return self._bin(Ops.SUB, x, True)
-  def __mul__(self, x): return self._bin(Ops.MUL, x)
-  def __rmul__(self, x): return self._bin(Ops.MUL, x, True)
   def __floordiv__(self, x): return self._bin(Ops.IDIV, x)
   def __rfloordiv__(self, x): return self._bin(Ops.IDIV, x, True)
   def __mod__(self, x): return self._bin(Ops.MOD, x)
@@ -209,26 +223,18 @@ class Sym:
   def __truediv__(self, x): return SymF(SymF.lift(self)) / x
   def __rtruediv__(self, x): return x / SymF(SymF.lift(self))
 
-  def __index__(self) -> int:
-    ctx = SizeContext.current()
-    value = evaluate(self.uop, ctx.hints)
-    ctx.decide(UOp(Ops.CMPEQ, dtypes.bool, (self.uop, UOp.const(IDX, value))))
-    ctx.pinned |= {n.arg[0] for n in self.uop.toposort() if n.op is Ops.DEFINE_VAR}
-    return value
-
+  def __index__(self) -> int: return self._pin()
   __int__ = __index__
   def __float__(self) -> float: return float(int(self))
 
 
-class SymF:
+class SymF(_SizeExpr):
   """A float computed from sizes (x.shape[0] / 2, BatchNorm's n / (n - 1)): a float64 expression of the size
   variables. It takes part in arithmetic and becomes a kernel's scalar operand (UOp.const); turning it into a
   Python float records that it equals its hint, as for a Sym."""
-  __slots__ = ("uop",)
+  __slots__ = ()
 
-  def __init__(self, uop: UOp): self.uop = uop
   def __repr__(self): return f"SymF({_show(self.uop)})"
-  def __hash__(self): return hash(self.uop)
 
   @staticmethod
   def lift(x) -> UOp | None:
@@ -243,22 +249,10 @@ class SymF:
     a, b = (o, self.uop) if reverse else (self.uop, o)
     return SymF(UOp(op, dtypes.float64, (a, b)))
 
-  def __add__(self, x): return self._bin(Ops.ADD, x)
-  def __radd__(self, x): return self._bin(Ops.ADD, x, True)
-  def __sub__(self, x): return self._bin(Ops.SUB, x)
-  def __rsub__(self, x): return self._bin(Ops.SUB, x, True)
-  def __mul__(self, x): return self._bin(Ops.MUL, x)
-  def __rmul__(self, x): return self._bin(Ops.MUL, x, True)
   def __truediv__(self, x): return self._bin(Ops.FDIV, x)
   def __rtruediv__(self, x): return self._bin(Ops.FDIV, x, True)
   def __neg__(self): return SymF(UOp(Ops.NEG, dtypes.float64, (self.uop,)))
-
-  def __float__(self) -> float:
-    ctx = SizeContext.current()
-    value = evaluate(self.uop, ctx.hints)
-    ctx.decide(UOp(Ops.CMPEQ, dtypes.bool, (self.uop, UOp.const(dtypes.float64, value))))
-    ctx.pinned |= {n.arg[0] for n in self.uop.toposort() if n.op is Ops.DEFINE_VAR}
-    return value
+  def __float__(self) -> float: return float(self._pin())
 
 
 import torch_uop.core.uop as _uop_module  # noqa: E402
