@@ -110,3 +110,20 @@ def test_option_off_compiles_static_copies():
     torch.testing.assert_close(compiled(x), fn(x))
   m = assert_ran_natively()
   assert m["symbolic_graphs"] == 0 and m["size_specializations"] == 2
+
+
+def test_a_symbolic_axis_upcast_is_guarded_on_divisibility():
+  # a convolution's output width, symbolic under dynamic=True, is its SIMD axis when 16 divides the first width
+  # (the width is written 16 * w16 in the kernel): a width 16 does not divide gets a symbolic compile of its own
+  torch.manual_seed(0)
+  conv = torch.nn.Conv2d(3, 8, 3, padding=1).eval()
+  compiled = fresh_compiled(conv, dynamic=True)
+  with torch.no_grad():
+    for n, hw in [(2, 32), (3, 48), (2, 20), (4, 32)]:
+      x = torch.randn(n, 3, hw, hw)
+      torch.testing.assert_close(compiled(x), conv(x), rtol=1e-4, atol=1e-4)
+  m = assert_ran_natively()
+  # the first compile (guarded: 16 divides the width) serves 32 and 48; 20 fails that guard and gets a compile
+  # whose kernels do not upcast the width, so it guards nothing; batch and width both changed at the second
+  # size, so nothing was pinned
+  assert m["symbolic_graphs"] == 2 and m["size_specializations"] == 0

@@ -19,7 +19,7 @@ from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
 from torch_uop.core.opt import KernelOpts, heuristic_opts
 from torch_uop.core.transcendental import transcendental
-from torch_uop.core.sym import Sym
+from torch_uop.core.sym import Sym, SizeContext
 
 IDX = dtypes.index
 LOOP_AXIS_BASE = 1000  # axis ids of LT.loop counters (output axes count from 0, reduce axes from 100)
@@ -187,17 +187,38 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) ->
     if not opts.upcast and opts.vector_axis is None: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
   if ast is None: ast, ev = _kernel_ast(item, opts)
   ast = graph_rewrite(ast, transcendental)
+  if item.size_vars is not None: ast = _divided_variables(ast, item, opts)
   size_vars = [n for n in ast.toposort() if n.op is Ops.DEFINE_VAR]
   if size_vars:
     # the kernel reads the size variables' values from one more buffer argument (the graph's int64 size-variable
-    # buffer, item.size_vars = (its slot, variable name -> position))
-    vars_slot, position = item.size_vars
+    # buffer, item.size_vars = (its slot, variable name -> position, derived variables))
+    vars_slot, position, _ = item.size_vars
     table = ev.buf(vars_slot, dtypes.int64)
     ast = substitute(ast, {v: UOp(Ops.DEFINE_VAR, IDX, (table,), v.arg + (position[v.arg[0]],)) for v in size_vars})
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
   split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "split"), None)
   split_size = 0 if split is None else split.src[0].arg if split.src[0].op is Ops.CONST else Sym(split.src[0])
   return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], linearize(ast), opts, split_size)
+
+
+def _divided_variables(ast: UOp, item: KernelItem, opts: KernelOpts) -> UOp:
+  """An output axis of symbolic size v upcast by f (opt.py guards v % f == 0): v is written f * v_f for a derived
+  variable v_f = v // f, so that index math sees the loop (r < v_f, lanes r*f + o) stay below v. The derived
+  variable joins the graph's table (item.size_vars: its position, and its (base, factor) for the executor)."""
+  _, position, derived = item.size_vars
+  mapping = {}
+  for axis, f in opts.upcast:
+    size = item.root.shape[axis]
+    if not isinstance(size, Sym): continue
+    v = size.uop
+    name = f"{v.arg[0]}_div{f}"
+    if name not in position:
+      position[name] = len(position)
+      derived[name] = (v.arg[0], f)
+      hints = SizeContext.current().hints
+      hints[name] = hints[v.arg[0]] // f
+    mapping[v] = UOp(Ops.DEFINE_VAR, IDX, (), (name, -(-v.arg[1] // f), v.arg[2] // f)) * _c(f)
+  return simplify(substitute(ast, mapping)) if mapping else ast
 
 
 def _ranges_of(u: UOp, cache: dict) -> frozenset:

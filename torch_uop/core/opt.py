@@ -15,7 +15,7 @@ expressions only; it never runs anything.
 from __future__ import annotations
 from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, substitute
-from torch_uop.core.sym import is_sym
+from torch_uop.core.sym import is_sym, hint
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,22 @@ def stride_along(index: UOp, r: UOp, ranges: list) -> int | None:
   return None
 
 
+def _divisible(size, factor: int, used_vars: set) -> bool:
+  """Whether an upcast by `factor` may be tried on an axis of this size: a number it divides, or one size variable
+  (not upcast yet) whose value in the call being compiled it divides (a heuristic read: nothing is guarded here)."""
+  if not is_sym(size): return size % factor == 0
+  return size.uop.op is Ops.DEFINE_VAR and size.uop not in used_vars and hint(size) % factor == 0
+
+
+def _guard_divisible(size, factor: int, used_vars: set) -> bool:
+  """Commit to the upcast: a symbolic size records the guard size % factor == 0 (sizes that fail it get a compile
+  of their own) and its variable is taken."""
+  if not is_sym(size): return True
+  if size % factor != 0: return False
+  used_vars.add(size.uop)
+  return True
+
+
 def _depends_on(u: UOp, r: UOp, cache: dict) -> bool:
   key = (u, r)
   if key not in cache: cache[key] = u is r or any(_depends_on(s, r, cache) for s in u.src)
@@ -67,6 +83,7 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
   all_ranges = [n for n in nodes if n.op is Ops.RANGE]
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
   upcast, vector_axis = [], None
+  used_vars: set = set()  # size variables an upcast already divides (codegen writes each as factor * a new variable)
   reduce_size = 1
   for r in (reduces[0].src[1:] if reduces else ()): reduce_size *= _trip_count(r)
   # register blocking pays off when each accumulator sees a long enough reduction
@@ -86,20 +103,24 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
     if not any(contiguous_along(r, loads) and _trip_count(r) >= MIN_SIMD_REDUCE for r in reduce_ranges):
       for axis in sorted(ranges, reverse=True):
         size, r = out_shape[axis], ranges[axis]
-        if is_sym(size): continue  # an upcast needs a size its factor divides, for every size the graph serves
-        if size % VECTOR_UPCAST == 0 and contiguous_along(r, loads + stores) and \
-           any(not _depends_on(ld.src[1], r, cache) for ld in loads):
+        if not _divisible(size, VECTOR_UPCAST, used_vars): continue
+        if contiguous_along(r, loads + stores) and any(not _depends_on(ld.src[1], r, cache) for ld in loads) \
+           and _guard_divisible(size, VECTOR_UPCAST, used_vars):
           upcast.append((axis, VECTOR_UPCAST)); vector_axis = axis
           break
     # register blocking: axes (innermost first) along which some load's address does not move
     for axis in sorted(ranges, reverse=True):
       if len(upcast) == MAX_UPCAST_AXES: break
       size, r = out_shape[axis], ranges[axis]
+      # register blocking stays off symbolic axes: they are often batch sizes, which any guard on divisibility
+      # would split into several compiles
       if is_sym(size): continue
       # next to a SIMD axis, a taller tile (8 rows of one vector each) keeps more accumulators in registers
-      factor = VECTOR_BLOCK_FACTOR if vector_axis is not None and size % VECTOR_BLOCK_FACTOR == 0 else UPCAST_FACTOR
-      if axis == vector_axis or size < factor or size % factor: continue
-      if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and any(_depends_on(ld.src[1], r, cache) for ld in loads):
+      factor = VECTOR_BLOCK_FACTOR if vector_axis is not None and _divisible(size, VECTOR_BLOCK_FACTOR, used_vars) \
+          else UPCAST_FACTOR
+      if axis == vector_axis or hint(size) < factor or not _divisible(size, factor, used_vars): continue
+      if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and any(_depends_on(ld.src[1], r, cache) for ld in loads) \
+         and _guard_divisible(size, factor, used_vars):
         upcast.append((axis, factor))
   factors = dict(upcast)
   # (a symbolic size is at least 2 when its variable's range says so; otherwise the split is a guarded decision)

@@ -36,7 +36,8 @@ class KernelItem:
   out_slot: int
   realized: dict  # node -> slot, for every realized node this kernel may read
   buffers: dict = field(default_factory=dict)  # slot -> BufferInfo (strides of what it reads and writes)
-  size_vars: tuple | None = None  # graphs with symbolic sizes: (slot of the size-variable buffer, name -> position)
+  # graphs with symbolic sizes: (slot of the size-variable buffer, name -> position, derived name -> (base, factor))
+  size_vars: tuple | None = None
 
 
 @dataclass

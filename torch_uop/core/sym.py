@@ -14,6 +14,7 @@ Nothing here knows about torch; lowering/specialize.py makes Syms from PyTorch's
 from __future__ import annotations
 import math
 import threading
+from fractions import Fraction
 from torch_uop.core.uop import UOp, Ops
 from torch_uop.core.dtypes import dtypes
 from torch_uop.core.symbolic import simplify
@@ -273,25 +274,38 @@ def _sign_bounds(u: UOp) -> tuple:
   return lo, hi
 
 
-def _poly(u: UOp) -> dict | None:
-  """u as {monomial (sorted leaf ids): coefficient} over leaves shifted by their lower bounds; None if not polynomial."""
+def _poly(u: UOp, keep: list | None = None) -> dict | None:
+  """u as {monomial (sorted leaf ids): coefficient} over leaves shifted by their lower bounds; None if not polynomial.
+  x // c and x % c (x >= 0, constant c > 0) share a leaf m = x % c in [0, c): x // c = (x - m) / c, so that
+  s - (s // 2)*2 >= 0 is seen (rational coefficients)."""
+  keep = [] if keep is None else keep  # nodes whose ids name leaves stay alive while the ids are in use
   if u.op is Ops.CONST: return {(): u.arg}
-  if u.op is Ops.ADD:
-    a, b = _poly(u.src[0]), _poly(u.src[1])
+  if u.op in (Ops.ADD, Ops.MUL):
+    a, b = _poly(u.src[0], keep), _poly(u.src[1], keep)
     if a is None or b is None: return None
-    for m, c in b.items(): a[m] = a.get(m, 0) + c
-    return a
-  if u.op is Ops.MUL:
-    a, b = _poly(u.src[0]), _poly(u.src[1])
-    if a is None or b is None or len(a) * len(b) > 256: return None
+    if u.op is Ops.ADD:
+      for m, c in b.items(): a[m] = a.get(m, 0) + c
+      return a
+    if len(a) * len(b) > 256: return None
     out: dict = {}
     for ma, ca in a.items():
       for mb, cb in b.items():
         m = tuple(sorted(ma + mb))
         out[m] = out.get(m, 0) + ca * cb
     return out
+  if u.op in (Ops.IDIV, Ops.MOD) and u.src[1].op is Ops.CONST and u.src[1].arg > 0 and u.src[0].vmin >= 0:
+    mod = UOp(Ops.MOD, u.dtype, u.src)
+    keep.append(mod)
+    if u.op is Ops.MOD: return {(id(mod),): 1}
+    x = _poly(u.src[0], keep)
+    if x is None: return None
+    c = Fraction(1, u.src[1].arg)
+    out = {m: coef * c for m, coef in x.items()}
+    out[(id(mod),)] = out.get((id(mod),), 0) - c
+    return out
   lo = u.vmin
   if not isinstance(lo, int) or lo <= u.dtype.min(): return None  # no useful lower bound
+  keep.append(u)
   return {(id(u),): 1, (): lo}
 
 

@@ -152,10 +152,10 @@ class CompiledGraph:
     with _Timer("schedule"):
       sched = schedule(roots, first_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None})
     if vars_slot is not None:
-      position = {v.arg[0]: k for k, v in enumerate(self.size_vars)}
+      # variable name -> its place in the table kernels read; codegen adds derived ones (v // f of an upcast axis)
+      self.var_position, self.derived_vars = {v.arg[0]: k for k, v in enumerate(self.size_vars)}, {}
       for item in sched.items:
-        if isinstance(item, KernelItem): item.size_vars = (vars_slot, position)
-      sched.buffers[vars_slot] = BufferInfo(vars_slot, (len(self.size_vars),), dtypes.int64, "input")
+        if isinstance(item, KernelItem): item.size_vars = (vars_slot, self.var_position, self.derived_vars)
     self.vars_slot = vars_slot
     self.buffers = sched.buffers
     kernels, tuned = [], {}
@@ -168,6 +168,8 @@ class CompiledGraph:
     with _Timer("codegen"):
       for i, item in enumerate(sched.items):
         if isinstance(item, KernelItem): kernels.append((item, build_kernel(item, f"{name}_k{i}", tuned.get(i))))
+    if vars_slot is not None:
+      sched.buffers[vars_slot] = BufferInfo(vars_slot, (len(self.var_position),), dtypes.int64, "input")
     with _Timer("render"):
       sources = [render_llvm(k.name, k.program, k.buffers) for _, k in kernels]
     self.kernels = [k for _, k in kernels]
@@ -233,6 +235,7 @@ class CompiledGraph:
   def _make_plan(self, values: dict) -> GraphPlan:
     """The plan for the sizes `values` gives the size variables (empty for a static graph): lifetimes, the arena."""
     steps, outputs_plan, complex_outputs, signatures, object_code = self._template
+    if self.size_vars: values = {**values, **{name: values[base] // f for name, (base, f) in self.derived_vars.items()}}
     if values:
       steps = [(kind, _concrete_fields(step, values)) for kind, step in steps]
       # a big instance of a kernel runs outside the GIL-holding builtin launcher
@@ -252,7 +255,7 @@ class CompiledGraph:
     arena_offsets, arena_bytes = _plan_arena(steps, buffers, keep, last_use)
     self.peak_bytes_unplanned = _peak_bytes(steps, buffers, release, {})
     self.peak_bytes = _peak_bytes(steps, buffers, release, arena_offsets) + arena_bytes
-    sizes = tuple(values[v.arg[0]] for v in self.size_vars)
+    sizes = tuple(values[name] for name in sorted(self.var_position, key=self.var_position.get)) if self.size_vars else ()
     return GraphPlan(inputs, self.storage_offset_guards, buffers, steps, outputs_plan, complex_outputs,
                      release, arena_offsets, arena_bytes, signatures, object_code,
                      (self.peak_bytes, self.peak_bytes_unplanned), sizes, self.vars_slot)
