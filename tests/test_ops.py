@@ -446,6 +446,16 @@ def test_reduce_nan_inf():
   check_against_eager(lambda t: (t.sum(1), t.amax(1), t.amin(0), t.mean(0), t.prod(1)), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_long_max_min_propagate_nan(dtype):
+  # float max/min reductions run as maxnum/minnum (which LLVM vectorizes) plus a NaN flag: a NaN anywhere in a
+  # long row (vector body or remainder) must still come out, and -inf/inf rows stay right
+  x = make((6, 1001), dtype)
+  x[0, 3], x[1, 500], x[2, 1000], x[3, :] = nan, nan, nan, -inf
+  x[4, 10] = inf
+  check_against_eager(lambda t: (t.amax(1), t.amin(1), t.max(1).values, torch.softmax(t, 1)), x)
+
+
 @pytest.mark.parametrize("correction", [0, 1])
 @pytest.mark.parametrize("dims", [None, 1, (0, 2)])
 @pytest.mark.parametrize("keepdim", [False, True])

@@ -161,6 +161,9 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
       f.allocas.append(f"{a} = alloca {t}")
       init = f.value(u.src[1]) if owner.op is Ops.LOOP_VAR else render_const(reduce_identity(owner.arg, u.dtype), u.dtype)
       f.emit(f"store {t} {init}, ptr {a}")
+      if _nan_tracked(owner):
+        f.allocas.append(f"{a}.nan = alloca i1")
+        f.emit(f"store i1 false, ptr {a}.nan")
     elif op is Ops.ASSIGN and u.arg is None:  # loop state update
       f.emit(f"store {LLVM_TYPE[u.dtype]} {f.value(u.src[1])}, ptr {accs[u.src[0].src[0]]}")
     elif op in (Ops.LOOP_VAR, Ops.LOOP):  # the state at the top of an iteration / after the loop
@@ -172,6 +175,21 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
       lid, go = loops[u.src[1]], f.tmp()[1:]
       f.emit(f"br i1 {f.value(u.src[0])}, label %{go}, label %{lid}.exit")
       f.label(go)
+    elif op is Ops.ASSIGN and _nan_tracked(u.src[0].src[0]):
+      # a float max/min: maxnum/minnum (LLVM vectorizes those reductions; maximum it does not) and an OR of
+      # "this value is NaN", which the result reads: NaN propagates as in eager
+      acc_def, val = u.src
+      a, t, v = accs[acc_def.src[0]], LLVM_TYPE[u.dtype], f.value(val)
+      fn = f"llvm.{'maxnum' if u.arg is Ops.MAX else 'minnum'}.{_FSUFFIX[u.dtype]}"
+      f.declare(f"declare {t} @{fn}({t}, {t})")
+      old, new, isnan, seen, seen2 = f.tmp(), f.tmp(), f.tmp(), f.tmp(), f.tmp()
+      f.emit(f"{old} = load {t}, ptr {a}")
+      f.emit(f"{new} = call {t} @{fn}({t} {old}, {t} {v})")
+      f.emit(f"store {t} {new}, ptr {a}")
+      f.emit(f"{isnan} = fcmp uno {t} {v}, {v}")
+      f.emit(f"{seen} = load i1, ptr {a}.nan")
+      f.emit(f"{seen2} = or i1 {seen}, {isnan}")
+      f.emit(f"store i1 {seen2}, ptr {a}.nan")
     elif op is Ops.ASSIGN:
       acc_def, val = u.src
       a = accs[acc_def.src[0]]
@@ -187,7 +205,13 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
       _maybe_declare_minmax(f, u.arg, u.dtype)
     elif op is Ops.REDUCE:
       r = f.tmp()
-      f.emit(f"{r} = load {LLVM_TYPE[u.dtype]}, ptr {accs[u]}")
+      t = LLVM_TYPE[u.dtype]
+      f.emit(f"{r} = load {t}, ptr {accs[u]}")
+      if _nan_tracked(u):
+        seen, out = f.tmp(), f.tmp()
+        f.emit(f"{seen} = load i1, ptr {accs[u]}.nan")
+        f.emit(f"{out} = select i1 {seen}, {t} {_fconst(math.nan, u.dtype)}, {t} {r}")
+        r = out
       f.names[u] = r
     elif op is Ops.LOAD:
       buf, idx = f.value(u.src[0]), f.value(u.src[1])
@@ -225,6 +249,11 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
           f"  ret void\n}}\n\nattributes #0 = {{ nounwind }}\n"
           f"!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.mustprogress\"}}\n"
           f"!2 = distinct !{{!2, !1, !3}}\n!3 = !{{!\"llvm.loop.vectorize.enable\", i1 false}}\n")
+
+
+def _nan_tracked(owner: UOp) -> bool:
+  """A float max/min reduction: accumulated with maxnum/minnum plus a NaN flag (see the ASSIGN case)."""
+  return owner.op is Ops.REDUCE and owner.arg in (Ops.MAX, Ops.MIN) and owner.dtype.is_float
 
 
 def _maybe_declare_minmax(f: _Function, op: Ops, dt: DType):
