@@ -10,7 +10,9 @@
 
 `heuristic_opts(item, plain_ast)` picks them from the kernel as first built: upcast the (at most two)
 output axes along which some load is invariant, when the kernel reduces. It reads shapes and index
-expressions only; it never runs anything.
+expressions only; it never runs anything. With symbolic sizes (core/sym.py) it reads the first call's
+sizes where it only estimates; an upcast needs a factor that divides its axis for every size the graph
+serves, so a symbolic axis is only the SIMD axis, under a guard (codegen's _divided_variables).
 """
 from __future__ import annotations
 from dataclasses import dataclass
