@@ -162,7 +162,26 @@ def upper_bound(u: UOp) -> UOp | None:
   return out
 
 
-def _has_range(u: UOp) -> bool: return any(n.op in (Ops.RANGE, Ops.LOAD) for n in u.toposort())
+_LOOP_OR_DATA = (Ops.RANGE, Ops.LOAD, Ops.LOOP_VAR)
+
+
+def _loop_or_data_ops(u: UOp) -> frozenset:
+  """Which of RANGE, LOAD and LOOP_VAR occur in u (cached on the node: rewrite rules ask it of every candidate)."""
+  stack = [(u, False)]
+  while stack:  # iterative post-order, stopping at nodes already known (index expressions can be deep)
+    n, ready = stack.pop()
+    if "loop_or_data" in n._props: continue
+    if not ready:
+      stack.append((n, True))
+      stack.extend((x, False) for x in n.src if "loop_or_data" not in x._props)
+      continue
+    found = frozenset([n.op]) if n.op in _LOOP_OR_DATA else frozenset()
+    for x in n.src: found |= x._props["loop_or_data"]
+    n._props["loop_or_data"] = found
+  return u._props["loop_or_data"]
+
+
+def _has_range(u: UOp) -> bool: return bool(_loop_or_data_ops(u) & {Ops.RANGE, Ops.LOAD})
 
 
 def _provably_below(x: UOp, k: UOp) -> bool:
@@ -364,7 +383,7 @@ def _affine_in_one_range(e: UOp):
 
 def _is_size_expr(u: UOp) -> bool:
   """A non-constant index expression of size variables only (no loop range, no data): a symbolic bound."""
-  return u.op is not Ops.CONST and u.dtype.is_int and all(n.op not in (Ops.RANGE, Ops.LOAD, Ops.LOOP_VAR) for n in u.toposort())
+  return u.op is not Ops.CONST and u.dtype.is_int and not _loop_or_data_ops(u)
 
 
 def range_limits(valid: UOp) -> dict:
