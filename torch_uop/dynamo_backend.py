@@ -197,12 +197,11 @@ class SizeSpecializedGraph:
   MAX_SYMBOLIC = 4  # symbolic compiles of one graph (each for sizes the earlier ones' guards refuse)
 
   def __init__(self, gm: torch.fx.GraphModule, config: Config, kind: str):
-    from torch_uop.lowering.specialize import signature_positions
+    from torch_uop.lowering.specialize import signature_positions, SizeVars
     self.gm, self.config, self.kind = gm, config, kind
     self.compiled: dict = {}  # call signature -> (callable, positions of the arguments it takes)
     self.symbolic: list = []  # SymbolicGraph, the first that accepts a call's sizes serves it
     self.symbolic_failures = 0
-    from torch_uop.lowering.specialize import SizeVars
     self.sources = SizeVars(gm)  # where each size variable's value is in a call's arguments
     self.first_values, self.refined = None, False
     self._boxed_call = True  # AOTAutograd passes one list of arguments

@@ -41,9 +41,9 @@ def _trip_count(r: UOp) -> int:
   """A loop's trip count; for a symbolic one, its value in the call being compiled (a heuristic's estimate, never
   used where correctness depends on it); 0 when it is data."""
   if r.src[0].op is Ops.CONST: return r.src[0].arg
-  from torch_uop.core.sym import SizeContext, evaluate
+  from torch_uop.core.sym import SizeContext, SymbolicSizeError, evaluate
   try: return evaluate(r.src[0], SizeContext.current().hints)
-  except Exception: return 0
+  except (SymbolicSizeError, KeyError): return 0  # no symbolic compile, or a trip count read from data
 
 
 def stride_along(index: UOp, r: UOp, ranges: list) -> int | None:
