@@ -1,11 +1,13 @@
 """Options and environment variables, read in one place.
 
 torch.compile(..., options={...}) keys: `debug` (int), `opt_level` (0-3, LLVM pipeline level),
-`device` ("cpu"), `fallback_whole_graph` (bool: run the FX graph eagerly, for bisecting), `beam` (int:
+`device` ("cpu", or "opencl": OpenCL kernels on CPU tensors' memory; graphs on CUDA tensors run as CUDA kernels
+whatever this says), `fallback_whole_graph` (bool: run the FX graph eagerly, for bisecting), `beam` (int:
 width of the BEAM search over each kernel's opts, core/search.py; 0 = the heuristic), `graph_cache` (bool: reuse
 whole compiled graphs from the disk cache, runtime/graph_cache.py; default on), `symbolic_shapes` (bool: compile a
 graph with symbolic sizes once, with size variables in its kernels; off: a static copy per size; default on).
-Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu, TORCH_UOP_BEAM=N, TORCH_UOP_GRAPH_CACHE=0,
+Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu|opencl (TORCH_UOP_OPENCL_DEVICE picks
+the OpenCL device, runtime/opencl.py), TORCH_UOP_BEAM=N, TORCH_UOP_GRAPH_CACHE=0,
 TORCH_UOP_SYMBOLIC_SHAPES=0; the
 kernel disk cache reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over
 environment variables.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
-DEVICES = ("cpu",)
+DEVICES = ("cpu", "opencl")  # for CPU tensors; graphs on a CUDA device always run as CUDA kernels
 
 
 def _coerce(name: str, value, kind: type):
@@ -53,6 +55,9 @@ class Config:
       if k not in known: raise ValueError(f"torch_uop: unknown option {k!r}; known options: {sorted(known)}")
       setattr(cfg, k, _coerce(k, v, type(getattr(cfg, k))))
     if cfg.device not in DEVICES: raise ValueError(f"torch_uop: device {cfg.device!r} is not available; choose from {DEVICES}")
+    if cfg.device == "opencl":  # asked for by name: missing pyopencl or driver is an error that says so
+      from torch_uop.runtime.opencl import opencl_device
+      opencl_device()
     if not 0 <= cfg.opt_level <= 3: raise ValueError(f"torch_uop: opt_level must be 0..3, got {cfg.opt_level}")
     if cfg.beam < 0: raise ValueError(f"torch_uop: beam must be >= 0 (0: no search), got {cfg.beam}")
     return cfg

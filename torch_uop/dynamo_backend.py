@@ -69,7 +69,8 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
     st["graphs_compiled"] += 1
     if recorder is not None: recorder.graph(kind, gm, None)  # the Dynamo-level cache holds static graphs only
     return SizeSpecializedGraph(gm, config, kind)
-  key = graph_cache.aten_key(gm, example_inputs, config, kind) if _graph_cache_on(config) else None
+  target = graph_target(gm, config)
+  key = graph_cache.aten_key(gm, example_inputs, config, kind) if _graph_cache_on(config) and target.kind == "cpu" else None
   entry = graph_cache.load(key)
   if isinstance(entry, graph_cache.GraphEntry):
     try:
@@ -81,8 +82,9 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   st["size_specializations" if specialization else "graphs_compiled"] += 1
   try:
     if config.fallback_whole_graph: raise WholeGraphFallback("option fallback_whole_graph")
-    lowered = lower_graph(gm, config.debug)
-  except WholeGraphFallback as e:
+    target.check_available()
+    lowered = lower_graph(gm, config.debug, device=target.torch_device)
+  except (WholeGraphFallback, RuntimeError) as e:  # RuntimeError: no CUDA compiler or driver for a CUDA graph
     if recorder is not None: recorder.graph(kind, gm, None)
     return _whole_graph_fallback(gm, str(e), config)
   st["compile_time_s"]["lowering"] += time.perf_counter() - t0
@@ -91,7 +93,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   try:
     name = f"{kind}{st['graphs_compiled']}" + (f"_s{st['size_specializations']}" if specialization else "")
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
-                             beam=config.beam)
+                             beam=config.beam, target=target)
   except Exception as e:  # a scheduling or compile bug must never break the user's program
     if config.debug >= 3: import traceback; traceback.print_exc()
     if recorder is not None: recorder.graph(kind, gm, None)
@@ -107,6 +109,17 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
     print(f"[torch_uop] compiled {kind} graph: {lowered.nodes_lowered} nodes lowered, {len(lowered.fallbacks)} fell back, "
           f"{compiled.n_kernels} kernels in {time.perf_counter() - t0:.3f}s", file=sys.stderr)
   return compiled
+
+
+def graph_target(gm: torch.fx.GraphModule, config: Config):
+  """Where a graph's kernels run (runtime/devices.py): a graph whose tensor inputs are on a CUDA device runs there
+  (CUDA C); otherwise on the configured device for CPU tensors ("cpu": LLVM, "opencl": OpenCL C)."""
+  from torch_uop.runtime.devices import Target
+  for node in gm.graph.nodes:
+    val = node.meta.get("val") if node.op == "placeholder" else None
+    if isinstance(val, torch.Tensor) and val.device.type == "cuda":
+      return Target("cuda", val.device.index if val.device.index is not None else torch.cuda.current_device())
+  return Target(config.device)
 
 
 def _graph_cache_on(config: Config) -> bool:
@@ -169,12 +182,13 @@ def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config,
   t0 = time.perf_counter()
   sizes = SizeVars(gm, pinned)
   decided = sizes.torch_decisions()
+  target = graph_target(gm, config)
   with SizeContext(sizes.values(args)) as ctx:
-    lowered = lower_graph(gm, config.debug, sizes)
+    lowered = lower_graph(gm, config.debug, sizes, device=target.torch_device)
     st["compile_time_s"]["lowering"] += time.perf_counter() - t0
     name = f"{kind}{st['graphs_compiled']}_sym{st['symbolic_graphs']}"
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
-                             size_vars=list(sizes.vars.values()))
+                             size_vars=list(sizes.vars.values()), target=target)
   if compiled.storage_offset_guards: raise NotImplementedError("storage offset guards")
   if sizes.torch_decisions() != decided: raise NotImplementedError("a lowering turned a torch SymInt into an int")
   st["symbolic_graphs"] += 1

@@ -17,7 +17,7 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, heuristic_opts
+from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext
 
@@ -45,6 +45,7 @@ class Kernel:
   program: list            # linear UOps
   opts: KernelOpts = None
   split_size: int = 0      # iterations of the thread-split loop (0: the kernel has none); a core.sym.Sym if symbolic
+  local_size: int = 0      # GPU-style devices: work-items per group of a grouped reduction (0: not grouped)
 
 
 class _Evaluator:
@@ -178,11 +179,14 @@ def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:
   return substitute(ast, {r: r.replace(arg=(split_axis, "split")) for r in loops}) if loops else ast
 
 
-def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) -> Kernel:
+def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, device_kind: str = "cpu",
+                 max_group: int = 0) -> Kernel:
+  """`device_kind`: "cpu" (opts for the LLVM CPU path) or "gpu" (OpenCL and CUDA: core/opt.py gpu_opts, with groups
+  of at most `max_group` work-items)."""
   ast = None
   if opts is None:
     plain, plain_ev = _kernel_ast(item, KernelOpts())
-    opts = heuristic_opts(item.root.shape, plain)
+    opts = heuristic_opts(item.root.shape, plain) if device_kind == "cpu" else gpu_opts(item.root.shape, plain, max_group)
     # without upcasts the kernel is the plain AST with its split loop relabeled: no second build
     if not opts.upcast and opts.vector_axis is None: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
   if ast is None: ast, ev = _kernel_ast(item, opts)
@@ -198,7 +202,19 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None) ->
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
   split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "split"), None)
   split_size = 0 if split is None else split.src[0].arg if split.src[0].op is Ops.CONST else Sym(split.src[0])
-  return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], linearize(ast), opts, split_size)
+  program = linearize(ast)
+  return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], program, opts, split_size, _group_size(program, opts))
+
+
+def _group_size(program: list, opts: KernelOpts) -> int:
+  """Work-items per group: opts.group, or less (a power of two) when the outermost reduce loop is shorter."""
+  from torch_uop.core.opt import _trip_count
+  first = next((u for u in program if u.op is Ops.RANGE and u.arg[1] in ("reduce", "reduce_serial")), None)
+  if not opts.group or first is None: return 0
+  trips = _trip_count(first) or opts.group
+  size = opts.group
+  while size > 32 and size // 2 >= trips: size //= 2
+  return size
 
 
 def _divided_variables(ast: UOp, item: KernelItem, opts: KernelOpts) -> UOp:

@@ -8,7 +8,12 @@
 - `split_axis`: the output axis whose iterations are divided among CPU threads (the outermost loop
   left with at least two iterations); the kernel takes its bounds as arguments.
 
-`heuristic_opts(item, plain_ast)` picks them from the kernel as first built: upcast the (at most two)
+- `group` (GPU-style devices): a work-group of up to `group` work-items computes one output together, each
+  taking a strided share of the outermost reduce loop (renderer/cstyle.py combines the shares in local memory).
+
+`heuristic_opts(item, plain_ast)` picks them for the CPU; `gpu_opts` for OpenCL and CUDA devices, where every
+output position is its own work-item (no upcast, no thread split) and long reductions with few outputs are grouped.
+`heuristic_opts` picks them from the kernel as first built: upcast the (at most two)
 output axes along which some load is invariant, when the kernel reduces. It reads shapes and index
 expressions only; it never runs anything. With symbolic sizes (core/sym.py) it reads the first call's
 sizes where it only estimates; an upcast needs a factor that divides its axis for every size the graph
@@ -25,6 +30,7 @@ class KernelOpts:
   upcast: tuple = ()          # ((axis, factor), ...)
   split_axis: int | None = None
   vector_axis: int | None = None  # an upcast output axis SIMD runs along; the reduce loop then stays scalar
+  group: int = 0              # GPU-style devices: work-items that share one output's outermost reduce loop (0: none)
 
   def factor(self, axis: int) -> int: return dict(self.upcast).get(axis, 1)
 
@@ -128,3 +134,21 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
   # (a symbolic size is at least 2 when its variable's range says so; otherwise the split is a guarded decision)
   split = next((a for a in range(len(out_shape)) if out_shape[a] // factors.get(a, 1) >= 2), None)
   return KernelOpts(tuple(sorted(upcast)), split, vector_axis)
+
+
+GROUP_SIZE = 256           # work-items per group of a grouped reduction (a power of two)
+GROUP_MIN_REDUCE = 256     # a reduction at least this long ...
+GROUP_MAX_OUTPUTS = 16384  # ... with at most this many outputs is grouped: one work-item per output would leave the device idle
+
+
+def gpu_opts(out_shape: tuple, plain_ast: UOp, max_group: int = GROUP_SIZE) -> KernelOpts:
+  """Opts for GPU-style devices: every output position is a work-item; a long reduction with few outputs is
+  grouped. The group size is only a heuristic read of the sizes (any size works: the loop is strided)."""
+  reduces = [n for n in plain_ast.toposort() if n.op is Ops.REDUCE]
+  if not reduces: return KernelOpts()
+  reduce_size = 1
+  for r in reduces[0].src[1:]: reduce_size *= _trip_count(r)
+  outputs = 1
+  for s in out_shape: outputs *= hint(s)
+  group = 1 << (min(GROUP_SIZE, max_group).bit_length() - 1)  # a power of two within the device's limit
+  return KernelOpts(group=group if group >= 2 and reduce_size >= GROUP_MIN_REDUCE and outputs <= GROUP_MAX_OUTPUTS else 0)

@@ -16,7 +16,7 @@ import math
 import weakref
 import torch
 from torch_uop.core.dtypes import DType, dtypes, from_torch, complex_part
-from torch_uop.lowering.registry import COMPLEX_LOWERINGS, LOWERINGS, LoweringContext, Unsupported, register
+from torch_uop.lowering.registry import COMPLEX_LOWERINGS, LOWERINGS, LoweringContext, Unsupported, register, on_graph_device
 from torch_uop.lowering.tensor import LT, compute_dtype
 
 aten, prims = torch.ops.aten, torch.ops.prims
@@ -210,7 +210,7 @@ _ONES = (aten.ones.default, aten.ones_like.default, aten.new_ones.default)
 @register_complex(aten.full.default, aten.full_like.default, aten.new_full.default, aten.scalar_tensor.default,
                   aten.fill.Scalar, *_ZEROS, *_ONES)
 def full(ctx, *args, **kwargs):
-  if kwargs.get("device") is not None and torch.device(kwargs["device"]).type != "cpu": raise Unsupported("tensor on another device")
+  if not on_graph_device(kwargs.get("device")): raise Unsupported("tensor on another device")
   if not ctx.val.is_complex(): raise Unsupported("a real tensor shaped after a complex one")
   target = ctx.node.target
   value = 0 if target in _ZEROS else 1 if target in _ONES else args[0] if target is aten.scalar_tensor.default else args[-1]
@@ -227,7 +227,7 @@ def convert_element_type(ctx, x, dtype): return _convert(ctx, x)
 
 @register_complex(aten._to_copy.default)
 def to_copy(ctx, x, *args, **kwargs):
-  if kwargs.get("device") not in (None, torch.device("cpu"), "cpu"): raise Unsupported("copy to another device")
+  if not on_graph_device(kwargs.get("device")): raise Unsupported("copy to another device")
   return _convert(ctx, x)
 
 

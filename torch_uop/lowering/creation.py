@@ -5,7 +5,7 @@ consumers and cost no memory. Uninitialized tensors (empty) are zeros.
 """
 from __future__ import annotations
 import torch
-from torch_uop.lowering.registry import register, Unsupported
+from torch_uop.lowering.registry import register, Unsupported, on_graph_device
 from torch_uop.lowering.tensor import LT
 
 aten = torch.ops.aten
@@ -14,7 +14,7 @@ prims = torch.ops.prims
 
 def _check_device(kwargs):
   d = kwargs.get("device")
-  if d is not None and torch.device(d).type != "cpu": raise Unsupported(f"tensor on {d}")
+  if not on_graph_device(d): raise Unsupported(f"tensor on {d}")
 
 
 @register(aten.full.default, aten.full_like.default, aten.new_full.default)

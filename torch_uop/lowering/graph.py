@@ -19,7 +19,7 @@ import torch.fx
 from torch_uop.core.uop import UOp, Ops
 from torch_uop.core.dtypes import from_torch, UnsupportedDType, complex_part
 from torch_uop.core.shapetracker import ShapeTracker
-from torch_uop.lowering.registry import lowering_for, LoweringContext
+from torch_uop.lowering.registry import lowering_for, LoweringContext, set_graph_device, on_graph_device
 from torch_uop.lowering.specialize import is_symbolic, to_size, SizeVars
 from torch_uop.lowering.tensor import LT
 from torch_uop import counters as _metrics
@@ -128,14 +128,19 @@ def _check_result(node: torch.fx.Node, out) -> None:
     if o.dtype != dt: raise TypeError(f"dtype {o.dtype} != eager {v.dtype}")
 
 
-def lower_graph(gm: torch.fx.GraphModule, debug: int = 0, sizes: SizeVars | None = None) -> LoweredGraph:
+def lower_graph(gm: torch.fx.GraphModule, debug: int = 0, sizes: SizeVars | None = None,
+                device: torch.device = torch.device("cpu")) -> LoweredGraph:
   """`sizes`: lower a graph with symbolic sizes as it is, its SymInts becoming core.sym.Syms (inside a
-  core.sym.SizeContext, which records the guards the lowering's decisions need)."""
+  core.sym.SizeContext, which records the guards the lowering's decisions need). `device`: where the graph's
+  tensors live (the CPU, or the CUDA device of a graph for the CUDA target); inputs elsewhere make it fall back."""
   SizeVars.set_active(sizes)
+  set_graph_device(device)
   try: return _lower_graph(gm, debug)
   except UnsupportedDType as e:  # an input, or a value a fallback op would have to hold, has no IR dtype (e.g. complex)
     raise WholeGraphFallback(str(e)) from e
-  finally: SizeVars.set_active(None)
+  finally:
+    SizeVars.set_active(None)
+    set_graph_device(torch.device("cpu"))
 
 
 def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
@@ -156,7 +161,7 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
         continue
     if node.op == "placeholder":
       if isinstance(val, torch.Tensor):
-        if val.device.type != "cpu": raise WholeGraphFallback(f"input {node.name} is on {val.device}")
+        if not on_graph_device(val.device): raise WholeGraphFallback(f"input {node.name} is on {val.device}")
         shape, strides, dt, is_complex = ir_layout(val)  # UnsupportedDType: the whole graph falls back
         extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(s != 0 for s in shape) else 0
         buf = UOp(Ops.BUFFER, dt, (), (slot, max(extent, 1)))
@@ -225,7 +230,7 @@ def _constant_node(gm, node, buffer_slots, slot):
   t = gm
   for part in node.target.split("."): t = getattr(t, part)
   if not isinstance(t, torch.Tensor): raise WholeGraphFallback(f"get_attr {node.target} is not a tensor")
-  if t.device.type != "cpu": raise WholeGraphFallback(f"constant {node.target} is on {t.device}")
+  if not on_graph_device(t.device): raise WholeGraphFallback(f"constant {node.target} is on {t.device}")
   from torch._subclasses.fake_tensor import unset_fake_temporarily
   with unset_fake_temporarily():  # backends compile under a fake mode; this is a real tensor
     if t.is_complex(): t = torch.view_as_real(t.resolve_conj())

@@ -10,7 +10,7 @@ import torch
 from torch._prims_common import elementwise_dtypes, ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
 from torch_uop.core.uop import Ops
 from torch_uop.core.dtypes import from_torch, to_torch, dtypes, DType
-from torch_uop.lowering.registry import register, Unsupported
+from torch_uop.lowering.registry import register, Unsupported, on_graph_device
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.core.sym import is_sym, SymF
 
@@ -313,7 +313,7 @@ def where(ctx, cond, a, b):
 @register(aten._to_copy.default, aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default,
           aten.convert_element_type.default if hasattr(aten, "convert_element_type") else aten.clone.default)
 def to_copy(ctx, a, *args, **kwargs):
-  if kwargs.get("device") not in (None, torch.device("cpu"), "cpu"): raise Unsupported("copy to another device")
+  if not on_graph_device(kwargs.get("device")): raise Unsupported("copy to another device")
   return a.cast(ctx.dtype)
 
 

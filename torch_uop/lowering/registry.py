@@ -20,6 +20,21 @@ LOWERINGS: dict = {}
 COMPLEX_LOWERINGS: dict = {}
 
 
+_graph_device = torch.device("cpu")  # the device of the graph being lowered (lowering/graph.py sets it)
+
+
+def set_graph_device(device: torch.device) -> None:
+  global _graph_device
+  _graph_device = torch.device(device)
+
+
+def on_graph_device(device) -> bool:
+  """Whether a `device=` argument (None: the default) names the device of the graph being lowered."""
+  if device is None: return True
+  d = torch.device(device)
+  return d.type == _graph_device.type and (d.index is None or _graph_device.index is None or d.index == _graph_device.index)
+
+
 class Unsupported(NotImplementedError):
   """A lowering does not handle this particular call; the node falls back to ATen."""
 

@@ -31,6 +31,9 @@ from torch_uop.core.shapetracker import contiguous_strides
 from torch_uop.core.codegen import build_kernel
 from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_llvm
+from torch_uop.core.renderer.cstyle import launch_items
+from torch_uop.core.opt import GROUP_SIZE
+from torch_uop.runtime.devices import Target, CPU
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
 from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported, parallel_entry_ir, openmp_supported, \
     compile_workers
@@ -78,6 +81,8 @@ class KernelStep:
   parallel_entry: str | None = None  # its OpenMP launcher, for kernels worth several threads
   label: str = ""    # the kernel's name in this graph (e.g. forward1_k3), for people reading profiles
   split_arg: bool = False  # its launchers take the split size as an argument (a symbolic one)
+  items: int = 0     # GPU-style targets: output positions (work-items, or work-groups when grouped)
+  local_size: int = 0  # GPU-style targets: work-items per group of a grouped reduction
 
 
 @dataclass
@@ -105,6 +110,7 @@ class GraphPlan:
   peak_bytes: tuple        # (planned, unplanned)
   size_values: tuple = ()  # a graph with symbolic sizes: its size variables' values, which its kernels read from
   size_slot: int | None = None  # the int64 buffer in this slot
+  target: object = None    # runtime/devices.py Target (None: the CPU)
 
 
 # step name -> (calls, seconds) while torch_uop.debug.profile() is active, else None
@@ -119,10 +125,14 @@ class CompiledGraph:
   the same order) stay available for inspection; `n_kernels`/`n_fallbacks` count the steps of one call."""
 
   def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph", beam: int = 0,
-               size_vars: list | None = None):
+               size_vars: list | None = None, target: Target = CPU):
     """`size_vars`: the graph's size variables (DEFINE_VARs, in the order of the int64 buffer kernels read them
     from) when its sizes are symbolic: built inside a core.sym.SizeContext, the result is a template whose
-    `instance(values)` is the graph for one call's sizes (kernels shared, only the plan made again)."""
+    `instance(values)` is the graph for one call's sizes (kernels shared, only the plan made again).
+    `target`: where the kernels run (runtime/devices.py)."""
+    self.target = target
+    gpu = target.kind == "gpu"
+    if gpu: beam = 0  # BEAM times candidates with the CPU's launchers
     # an instance attribute, so wrappers made with functools.wraps (torch._dynamo.disable) keep it
     self._boxed_call = True
     self.size_vars = list(size_vars or [])
@@ -164,14 +174,18 @@ class CompiledGraph:
         tuned = {i: beam_search(item, beam, opt_level, debug, f"{name}_k{i}") for i, item in enumerate(sched.items)
                  if isinstance(item, KernelItem)}
     # a big graph compiles its LLVM modules side by side: the helper processes start now, loading while codegen runs
-    if sum(isinstance(item, KernelItem) for item in sched.items) >= 8: compile_workers().start()
+    if not gpu and sum(isinstance(item, KernelItem) for item in sched.items) >= 8: compile_workers().start()
+    max_group = min(GROUP_SIZE, target.max_local_size()) if gpu else 0
     with _Timer("codegen"):
       for i, item in enumerate(sched.items):
-        if isinstance(item, KernelItem): kernels.append((item, build_kernel(item, f"{name}_k{i}", tuned.get(i))))
+        if isinstance(item, KernelItem):
+          kernels.append((item, build_kernel(item, f"{name}_k{i}", tuned.get(i), target.kind, max_group)))
     if vars_slot is not None:
       sched.buffers[vars_slot] = BufferInfo(vars_slot, (len(self.var_position),), dtypes.int64, "input")
+    renderer = target.renderer() if gpu else None
     with _Timer("render"):
-      sources = [render_llvm(k.name, k.program, k.buffers) for _, k in kernels]
+      if gpu: sources = [renderer.render_kernel(k.name, k.program, k.buffers, k.local_size) for _, k in kernels]
+      else: sources = [render_llvm(k.name, k.program, k.buffers) for _, k in kernels]
     self.kernels = [k for _, k in kernels]
     self.sources = sources
     if debug >= 2: self._print_kernels(sched, sources)
@@ -181,6 +195,9 @@ class CompiledGraph:
     symbols = {k.name: _kernel_symbol(k, src) for (_, k), src in zip(kernels, sources)}
     modules: dict = {}  # symbol -> (IR, launchers' IR by name, number of buffers)
     for (_, k), src in zip(kernels, sources):
+      if gpu:
+        modules.setdefault(symbols[k.name], (src.replace(f" {k.name}(", f" {symbols[k.name]}(", 1), {}, len(k.buffers)))
+        continue
       sym = symbols[k.name]
       if sym in modules: continue
       entries = {}
@@ -196,7 +213,12 @@ class CompiledGraph:
       modules[sym] = (src.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers))
     signatures = {sym: nbuf for sym, (_, _, nbuf) in modules.items()}
     program = None
-    if kernels:
+    self.device_source = None  # a GPU-style target: the program's source (all kernels)
+    if kernels and gpu:
+      with _Timer("device_compile"):
+        self.device_source = renderer.program_source([src for src, _, _ in modules.values()])
+        program = target.program(self.device_source, list(modules))
+    elif kernels:
       with _Timer("llvm"):
         program = CPUProgram([ir for ir, _, _ in modules.values()], signatures, opt_level,
                              [entries for _, entries, _ in modules.values()])
@@ -211,11 +233,12 @@ class CompiledGraph:
         info = self.buffers[item.out_slot]
         k = kernel_of[id(item)]
         sym = symbols[k.name]
+        entries = {} if gpu else program.entries  # a GPU-style kernel's launcher is made per step (_link)
         steps.append(("kernel", KernelStep(sym, k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
                                            math.prod(info.shape) == 0, k.split_size, work[k.name],
-                                           f"{sym}_py" if f"{sym}_py" in program.entries else None,
-                                           f"{sym}_par" if f"{sym}_par" in program.entries else None, k.name,
-                                           is_sym(k.split_size))))
+                                           f"{sym}_py" if f"{sym}_py" in entries else None,
+                                           f"{sym}_par" if f"{sym}_par" in entries else None, k.name,
+                                           is_sym(k.split_size), launch_items(k.program) if gpu else 0, k.local_size)))
       else:
         steps.append(("fallback", FallbackStep(item.node.arg, [src.shape for src in item.node.src], item.in_slots, item.out_slots)))
     self.n_fallbacks = sum(1 for s in steps if s[0] == "fallback")
@@ -224,7 +247,7 @@ class CompiledGraph:
       outputs_plan.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, v.shape if kind == "tensor" else None))
     # complex outputs are computed as their view_as_real and handed out through view_as_complex
     complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and outputs_plan[i][0] == "tensor"}
-    self._template = (steps, outputs_plan, complex_outputs, signatures, program.object_code if program else None)
+    self._template = (steps, outputs_plan, complex_outputs, signatures, program.object_code if program and not gpu else None)
     self.program = program
     if self.size_vars:  # the plan depends on the sizes: one per call signature, made by instance()
       self.plan, self.n_kernels = None, sum(1 for kind, _ in steps if kind == "kernel")
@@ -258,7 +281,7 @@ class CompiledGraph:
     sizes = tuple(values[name] for name in sorted(self.var_position, key=self.var_position.get)) if self.size_vars else ()
     return GraphPlan(inputs, self.storage_offset_guards, buffers, steps, outputs_plan, complex_outputs,
                      release, arena_offsets, arena_bytes, signatures, object_code,
-                     (self.peak_bytes, self.peak_bytes_unplanned), sizes, self.vars_slot)
+                     (self.peak_bytes, self.peak_bytes_unplanned), sizes, self.vars_slot, self.target)
 
   def instance(self, values: dict) -> "CompiledGraph":
     """A graph with symbolic sizes, for the sizes `values` gives its variables (by name): its kernels, a new plan."""
@@ -270,6 +293,7 @@ class CompiledGraph:
     the kernels already loaded (an instance of a graph with symbolic sizes)."""
     self = cls.__new__(cls)
     self.size_vars = []
+    self.target = plan.target or CPU
     self._boxed_call = True
     self.debug, self.plan, self.eager = debug, plan, None
     self.inputs, self.storage_offset_guards, self.buffers = plan.inputs, plan.storage_offset_guards, plan.buffers
@@ -287,15 +311,21 @@ class CompiledGraph:
   @property
   def cacheable(self) -> bool:
     """Whether `plan` can stand for this graph in another process: a storage offset guard needs the FX graph."""
-    return not self.storage_offset_guards and (self.plan.object_code is not None or not self.plan.signatures)
+    return not self.storage_offset_guards and self.target.kind == "cpu" and \
+        (self.plan.object_code is not None or not self.plan.signatures)
 
   def _link(self, program) -> None:
     """Bind the plan's kernel steps to `program`'s functions and launchers."""
     plan = self.plan
     self.program = program
     self.steps = []
+    target = self.target
     for kind, step in plan.steps:
-      if kind == "kernel":
+      if kind == "kernel" and target.kind == "gpu":  # one launcher per step: it knows its buffers' sizes
+        run = target.launcher(program, step.name, [_nbytes(plan.buffers[s]) for s in step.slots], step.items, step.local_size)
+        self.steps.append((kind, (run, step.slots, step.out_slot, step.shape, step.strides, step.dtype, step.empty, 0, 1,
+                                  run, None, False)))
+      elif kind == "kernel":
         self.steps.append((kind, (program.functions[step.name], step.slots, step.out_slot, step.shape, step.strides,
                                   step.dtype, step.empty, step.split_size, threads.max_threads(step.split_size, step.work),
                                   program.entries.get(step.entry) if step.entry else None,
@@ -307,7 +337,8 @@ class CompiledGraph:
     self.outputs, self.complex_outputs, self.release = plan.outputs, plan.complex_outputs, plan.release
     self.arena_offsets, self.arena_bytes = plan.arena_offsets, plan.arena_bytes
     self.arena = None
-    self.size_table = torch.tensor(plan.size_values, dtype=torch.int64) if plan.size_slot is not None else None
+    self.size_table = torch.tensor(plan.size_values, dtype=torch.int64, device=target.torch_device) \
+        if plan.size_slot is not None else None
     self._arena_lock = threading.Lock()
     self.call_source = None
     self._run = self._first_call  # the call path is built at the first call (not under the compiler's fake tensor mode)
@@ -324,16 +355,17 @@ class CompiledGraph:
 
   def _bind_input(self, spec, t: torch.Tensor) -> torch.Tensor:
     if spec.is_complex and isinstance(t, torch.Tensor) and t.is_complex(): t = _as_real(t)
-    # the common case, checked cheaply: exactly the compiled dtype, shape and strides, on the CPU
+    # the common case, checked cheaply: exactly the compiled dtype, shape and strides, on the compiled device
+    device = self.target.torch_device
     if isinstance(t, torch.Tensor) and t.dtype is spec.dtype and t.shape == spec.shape and t.stride() == spec.strides \
-       and t.is_cpu:
+       and t.device == device:
       return t
     if t is None and math.prod(spec.shape) == 0:
-      return torch.empty(spec.shape, dtype=spec.dtype)  # AOTAutograd passes None for side-effect tokens
+      return torch.empty(spec.shape, dtype=spec.dtype, device=device)  # AOTAutograd passes None for side-effect tokens
     if not isinstance(t, torch.Tensor):
       raise TypeError(f"torch_uop: expected a tensor for input {spec.slot}, got {type(t).__name__}")
-    if t.device.type != "cpu":
-      raise RuntimeError(f"torch_uop: input {spec.slot} is on {t.device}, but this graph was compiled for the CPU")
+    if t.device != device:
+      raise RuntimeError(f"torch_uop: input {spec.slot} is on {t.device}, but this graph was compiled for {device}")
     if t.dtype != spec.dtype or tuple(t.shape) != spec.shape:
       raise RuntimeError(f"torch_uop: input {spec.slot} is {tuple(t.shape)} {t.dtype}, compiled for {spec.shape} {spec.dtype}")
     if math.prod(spec.shape) > 1 and any(st != want for n, st, want in zip(spec.shape, t.stride(), spec.strides) if n > 1):
@@ -342,8 +374,14 @@ class CompiledGraph:
         raise RuntimeError(f"torch_uop: input {spec.slot} has strides {tuple(t.stride())}, but this graph was compiled for "
                            f"strides {spec.strides}, where several elements share one memory location (an expanded or "
                            f"overlapping tensor); its kernels cannot read other values. Compile it again for this layout.")
-      t = torch.empty_strided(spec.shape, spec.strides, dtype=t.dtype).copy_(t)
+      t = torch.empty_strided(spec.shape, spec.strides, dtype=t.dtype, device=device).copy_(t)
     return t
+
+  def _allocator(self):
+    """empty(shape, strides, dtype) on this graph's device (on the CPU, torch's C++ fast path)."""
+    if self.target.torch_device.type == "cpu": return _empty_strided
+    device = self.target.torch_device
+    return lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype, device=device)
 
   def __call__(self, *args):
     # boxed convention (one list, which we clear) or plain positional tensors: graph inputs are never lists
@@ -353,7 +391,8 @@ class CompiledGraph:
 
   def _first_call(self, args: list):
     # the arena outlives calls when it is small: its addresses are then constants of the call path
-    if 0 < self.arena_bytes <= ARENA_KEEP_BYTES: self.arena = torch.empty(self.arena_bytes, dtype=torch.uint8)
+    if 0 < self.arena_bytes <= ARENA_KEEP_BYTES:
+      self.arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=self.target.torch_device)
     self.call_source, self._run = self._build_call_path()
     return self._run(args)
 
@@ -363,8 +402,9 @@ class CompiledGraph:
     buffers' addresses (arena buffers: constants, or offsets from this call's arena) and run fallbacks."""
     if self.complex_outputs or any(spec is not None and spec.is_complex for spec in self.inputs):
       return None, self._call_general
-    env = {"general": self._call_general, "empty": _empty_strided, "launch": threads.launch, "M": _metrics,
+    env = {"general": self._call_general, "empty": self._allocator(), "launch": threads.launch, "M": _metrics,
            "lock": self._arena_lock}
+    on_device = "is_cuda" if self.target.name == "cuda" else "is_cpu"
     def const(value, prefix: str) -> str:
       name = f"{prefix}{len(env)}"
       env[name] = value
@@ -375,7 +415,7 @@ class CompiledGraph:
       if spec is None: continue  # a size argument: the graph was made for its value
       lines.append(f"    b{spec.slot} = args[{i}]")
       conds.append(f"b{spec.slot}.dtype is {const(spec.dtype, 'D')} and b{spec.slot}.shape == {spec.shape!r} and "
-                   f"b{spec.slot}.stride() == {spec.strides!r} and b{spec.slot}.is_cpu")
+                   f"b{spec.slot}.stride() == {spec.strides!r} and b{spec.slot}.{on_device}")
     for i, off in self.storage_offset_guards: conds.append(f"args[{i}].storage_offset() == {off}")
     lines += [f"    if not ({' and '.join(conds) or 'True'}): return general(args)",
               "  except (AttributeError, IndexError): return general(args)"]
@@ -448,7 +488,7 @@ class CompiledGraph:
       if prof is not None: t0 = time.perf_counter()
       if kind == "kernel":
         fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry, split_arg = payload
-        bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype)
+        bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype, device=self.target.torch_device)
         if not empty:
           threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry, par_entry, split_arg)
       else:
@@ -559,7 +599,7 @@ def _as_complex(t: torch.Tensor) -> torch.Tensor:
 def _kernel_symbol(k, source: str) -> str:
   """The kernel's function name in native code: a digest of its LLVM IR (with its own name taken out) and its
   thread-split size (which its launchers bake in), so equal kernels share one function and one cached object."""
-  code = source.replace(f"@{k.name}(", "@kernel(", 1) + f"|split={k.split_size}"
+  code = source.replace(f"@{k.name}(", "@kernel(", 1).replace(f" {k.name}(", " kernel(", 1) + f"|split={k.split_size}"
   return "k_" + hashlib.sha256(code.encode()).hexdigest()[:24]
 
 

@@ -1,0 +1,405 @@
+"""C-style renderers: linear UOp program -> source of one GPU-style kernel (OpenCL C or CUDA C).
+
+`CStyleRenderer` holds everything the two languages share; `OpenCLRenderer` and `CUDARenderer` only say how
+their dialect spells ids, qualifiers, types, barriers and half-precision conversions.
+
+How a kernel maps onto work-items:
+- The output loops (RANGEs of kind "global"/"split") become one flat work-item id over their product
+  (`launch_items`): `gid` is split back into loop indices by division. One flat id has no per-dimension limits.
+- Without a group, each work-item computes one output position; reduce loops and LT.loop loops are C loops.
+- With a group of L work-items (`local_size`, core/opt.py gpu_opts), a work-group computes one output position:
+  work-item `lid` runs the outermost reduce loop from `lid` in steps of L, the partial accumulators meet in
+  local (shared) memory, a tree of barriers combines them, and work-item 0 finishes the kernel (epilogue, store).
+Half and bfloat16 values live in float registers: loads and stores convert, and every half-typed result is
+rounded to its type (as a half-precision ALU would). Bool is one byte in memory. Float max/min propagate NaN.
+It does not compile or run anything.
+"""
+from __future__ import annotations
+import math
+from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.dtypes import DType, dtypes
+from torch_uop.core.codegen import reduce_identity
+
+OUTER_KINDS = ("global", "split")
+HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
+
+# MATH names -> C library names (float64 spelling; float32 adds the dialect's suffix where it needs one)
+C_MATH = {"abs": "fabs", "round": "rint"}
+
+
+def launch_items(program: list[UOp]):
+  """How many output positions (work-items, or work-groups with a group) a kernel runs: the product of its output
+  loops' trip counts, a core.sym.Sym when one is symbolic."""
+  from torch_uop.core.sym import Sym
+  n = 1
+  for u in program:
+    if u.op is Ops.RANGE and u.arg[1] in OUTER_KINDS: n = n * (u.src[0].arg if u.src[0].op is Ops.CONST else Sym(u.src[0]))
+  return n
+
+
+class CStyleRenderer:
+  """The shared C renderer. A dialect sets the class attributes and the few methods marked 'dialect'."""
+  name = "c"
+  kernel_prefix = ""
+  buffer_qualifier = ""
+  local_qualifier = ""
+  barrier = ""
+  restrict = "restrict"
+  int64_suffix = "L"
+  index_type = "long"     # C type of index math (int64)
+  byte_type = "uchar"     # a bool in memory
+  types: dict = {}
+  float32_math_suffix = ""
+  unsigned_of: dict = {}  # int32/int64 -> the unsigned type of their width (wrapping arithmetic)
+
+  # ----------------------------------------------------------------- dialect
+  def preamble(self, used: set) -> str: return ""
+  def ids(self, grouped: bool) -> tuple[str, str]: raise NotImplementedError  # (flat output position, local id)
+  def load_half(self, dt: DType, ptr: str, idx: str) -> str: raise NotImplementedError
+  def store_half(self, dt: DType, ptr: str, idx: str, val: str) -> str: raise NotImplementedError
+  def bitcast(self, src: DType, dst: DType, x: str) -> str: raise NotImplementedError
+  def special_float(self, v: float, double: bool) -> str: raise NotImplementedError  # inf, -inf, nan
+
+  # ----------------------------------------------------------------- shared
+  def reg_type(self, dt: DType) -> str: return "float" if dt in HALF_TYPES else self.types[dt]
+  def mem_type(self, dt: DType) -> str: return self.types[dt]
+  def local_type(self, dt: DType) -> str: return "int" if dt.is_bool else self.reg_type(dt)
+
+  def const(self, v, dt: DType) -> str:
+    if dt.is_bool: return "true" if v else "false"
+    if dt.is_int:
+      v = int(v)
+      if dt.itemsize == 8:
+        if v == dtypes.int64.min(): return f"(-9223372036854775807{self.int64_suffix}-1)"
+        return f"{v}{self.int64_suffix}"
+      if dt == dtypes.int32 and v == dtypes.int32.min(): return "(-2147483647-1)"
+      return str(v) if dt == dtypes.int32 else f"(({self.types[dt]}){v})"
+    v = float(v)
+    double = dt == dtypes.float64
+    if not math.isfinite(v): return self.special_float(v, double)
+    if not double:
+      import struct
+      v = struct.unpack("f", struct.pack("f", v))[0]  # a float32 constant holds the float32 value
+    return f"{v.hex()}" + ("" if double else "f")
+
+  def math_fn(self, name: str, dt: DType) -> str:
+    fn = C_MATH.get(name, name)
+    return fn + (self.float32_math_suffix if dt != dtypes.float64 else "")
+
+  def round_to(self, dt: DType, x: str) -> str:
+    """A float register value rounded to a half type (identity for other types)."""
+    if dt == dtypes.float16: return f"tu_round_half({x})"
+    if dt == dtypes.bfloat16: return f"tu_bf16_to_float(tu_float_to_bf16({x}))"
+    return x
+
+  def alu(self, u: UOp, v: list[str]) -> str:
+    op, dt = u.op, u.dtype
+    if op is Ops.WHERE: return f"({v[0]} ? {v[1]} : {v[2]})"
+    if op is Ops.CAST: return self.cast(u.src[0].dtype, dt, v[0])
+    if op is Ops.BITCAST: return self.bitcast(u.src[0].dtype, dt, v[0])
+    if op is Ops.NEG: return f"(-{v[0]})"
+    if op is Ops.NOT: return f"(!{v[0]})" if dt.is_bool else f"(~{v[0]})"
+    if op is Ops.RECIP: return f"({self.const(1.0, dt)} / {v[0]})"
+    if op is Ops.MATH:
+      if dt not in (dtypes.float32, dtypes.float64) and dt not in HALF_TYPES: raise NotImplementedError(f"{u.arg} on {dt}")
+      call = f"{self.math_fn(u.arg, dt)}({', '.join(v)})"
+      if u.arg == "tanh":  # saturate exactly: a device tanh may return 1 - ulp where the rounded value is 1
+        x = v[0]
+        return f"(fabs({x}) > {self.const(19.5 if dt == dtypes.float64 else 9.5, dt)} ? copysign({self.const(1.0, dt)}, {x}) : {call})"
+      return call
+    a, b = v
+    src_dt = u.src[0].dtype
+    if op in (Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE):
+      return f"({a} {({Ops.CMPLT: '<', Ops.CMPLE: '<=', Ops.CMPEQ: '==', Ops.CMPNE: '!='})[op]} {b})"
+    if dt.is_bool:
+      if op in (Ops.ADD, Ops.MAX, Ops.OR): return f"({a} || {b})"
+      if op in (Ops.MUL, Ops.MIN, Ops.AND): return f"({a} && {b})"
+      if op in (Ops.XOR, Ops.CMPNE): return f"({a} != {b})"
+    if op in (Ops.MAX, Ops.MIN):
+      c = u.src[1]
+      return self.max_min(op, dt, a, b, c.op is Ops.CONST and not (isinstance(c.arg, float) and math.isnan(c.arg)))
+    if op is Ops.MOD and src_dt.is_float: return f"{self.math_fn('fmod', dt)}({a}, {b})"
+    sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.AND: "&",
+           Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}.get(op)
+    if sym is None: raise NotImplementedError(f"C renderer: {op} on {dt}")
+    if op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL) and dt in self.unsigned_of:
+      # signed overflow is undefined in C (a compiler may fold (t*4)/4 to t): wrap as eager does, in unsigned
+      u_t = self.unsigned_of[dt]
+      return f"(({self.types[dt]})(({u_t}){a} {sym} ({u_t}){b}))"
+    return f"({a} {sym} {b})"
+
+  def max_min(self, op: Ops, dt: DType, a: str, b: str, b_const: bool = False) -> str:
+    gt = ">" if op is Ops.MAX else "<"
+    if not dt.is_float: return f"(({a} {gt} {b}) ? {a} : {b})"
+    # NaN wins, and max(-0, +0) is +0 (min: -0), as eager and LLVM's maximum/minimum
+    keep_a_on_tie = f"signbit({a})" if op is Ops.MIN else f"!signbit({a})"
+    b_wins = f"{b} {gt} {a}" if b_const else f"({b} {gt} {a} || {b} != {b})"  # b_const: a constant that is not NaN
+    return f"(({a} {gt} {b} || {a} != {a}) ? {a} : {b_wins} ? {b} : ({keep_a_on_tie} ? {a} : {b}))"
+
+  def reduce_update(self, op: Ops, dt: DType, acc: str, v: str) -> str:
+    """acc = op(acc, v) as one statement (a float max/min keeps a NaN once it saw one)."""
+    if dt.is_float and op in (Ops.MAX, Ops.MIN):
+      gt = ">" if op is Ops.MAX else "<"
+      return f"{acc} = ({v} {gt} {acc} || {v} != {v}) ? {v} : {acc};"
+    return f"{acc} = {self.round_to(dt, self.alu(UOp(op, dt, (UOp.const(dt, 0), UOp.const(dt, 0))), [acc, v]))};"
+
+  def cast(self, src: DType, dst: DType, x: str) -> str:
+    if dst.is_bool: return f"({x} != 0)"
+    if dst in HALF_TYPES:
+      if src == dst: return x
+      return self.round_to(dst, x if src in HALF_TYPES or src == dtypes.float32 else f"(float)({x})")
+    if src in HALF_TYPES and dst == dtypes.float32: return x
+    return f"(({self.reg_type(dst)})({x}))"
+
+  def __init__(self): self.used: set = set()  # dtypes the kernels rendered so far use (what the preamble declares)
+
+  def program_source(self, functions: list[str]) -> str:
+    """One compilable source: the preamble the rendered kernels need, then their functions."""
+    return self.preamble(self.used) + "".join(functions)
+
+  def render(self, name: str, program: list[UOp], buffer_slots: list[int], local_size: int = 0) -> str:
+    """One kernel as a whole source (preamble included)."""
+    return self.program_source([self.render_kernel(name, program, buffer_slots, local_size)])
+
+  def render_kernel(self, name: str, program: list[UOp], buffer_slots: list[int], local_size: int = 0) -> str:
+    """The kernel's function: `name(buffers in buffer_slots order)`, `local_size` work-items per group (0: none)."""
+    arg_of = {slot: i for i, slot in enumerate(buffer_slots)}
+    grouped = local_size > 1
+    names: dict[UOp, str] = {}
+    accs: dict[UOp, str] = {}
+    lines: list[str] = []
+    params: dict[int, str] = {}
+    local_decls: list[str] = []
+    used = self.used
+    indent = [1]
+    counter = [0]
+    outer = [u for u in program if u.op is Ops.RANGE and u.arg[1] in OUTER_KINDS]
+    reduce_ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] in ("reduce", "reduce_serial")]
+    group_range = reduce_ranges[0] if grouped and reduce_ranges else None
+    reduces = [u for u in program if u.op is Ops.REDUCE]
+    gid, lid = self.ids(grouped)
+    prologue_done = [False]
+
+    def emit(s: str): lines.append("  " * indent[0] + s)
+
+    def tmp(prefix="t") -> str:
+      counter[0] += 1
+      return f"{prefix}{counter[0]}"
+
+    def val(u: UOp) -> str:
+      if u.op is Ops.CONST:
+        used.add(u.dtype)
+        return self.const(u.arg, u.dtype)
+      return names[u]
+
+    def prologue():
+      """The flat output position, the guard past the last one, and each output loop's index from it."""
+      if prologue_done[0]: return
+      prologue_done[0] = True
+      ix = self.index_type
+      emit(f"{ix} gid = {gid};")
+      if grouped: emit(f"int lid = {lid};")
+      sizes = [val(r.src[0]) for r in outer]
+      total = " * ".join(f"({ix})({s})" for s in sizes) or "1"
+      emit(f"if (gid >= {total}) return;")
+      stride = "1"
+      for r, s in reversed(list(zip(outer, sizes))):
+        n = names[r] = tmp("r")
+        emit(f"{ix} {n} = (gid / ({stride})) % ({s});" if stride != "1" else f"{ix} {n} = gid % ({s});")
+        stride = f"{stride} * ({s})" if stride != "1" else f"({ix})({s})"
+
+    def define(u: UOp, expr: str):
+      n = tmp()
+      used.add(u.dtype)
+      emit(f"{self.reg_type(u.dtype)} {n} = {expr};")
+      names[u] = n
+
+    for u in program:
+      op = u.op
+      if op is Ops.DEFINE_GLOBAL:
+        i = arg_of[u.arg]
+        used.add(u.dtype)
+        mem = self.byte_type if u.dtype.is_bool else self.mem_type(u.dtype)
+        params[i] = f"{self.buffer_qualifier}{mem}* {self.restrict} b{i}"
+        names[u] = f"b{i}"
+      elif op is Ops.DEFINE_VAR:
+        n = f"v{u.arg[3]}"
+        if u not in names:
+          emit(f"{self.index_type} {n} = {val(u.src[0])}[{u.arg[3]}];")
+          names[u] = n
+      elif op is Ops.RANGE and u.arg[1] in OUTER_KINDS:
+        prologue()
+      elif op is Ops.RANGE:
+        prologue()
+        n = names[u] = tmp("r")
+        ix = self.index_type
+        if u is group_range: emit(f"for ({ix} {n} = lid; {n} < {val(u.src[0])}; {n} += {local_size}) {{")
+        else: emit(f"for ({ix} {n} = 0; {n} < {val(u.src[0])}; {n}++) {{")
+        indent[0] += 1
+      elif op is Ops.ENDRANGE:
+        if u.src[0].arg[1] in OUTER_KINDS: continue
+        indent[0] -= 1
+        emit("}")
+      elif op is Ops.DEFINE_ACC:
+        owner = u.src[0]
+        a = tmp("acc")
+        accs[owner] = a
+        used.add(u.dtype)
+        init = val(u.src[1]) if owner.op is Ops.LOOP_VAR else self.const(reduce_identity(owner.arg, u.dtype), u.dtype)
+        emit(f"{self.reg_type(u.dtype)} {a} = {init};")
+      elif op is Ops.ASSIGN and u.arg is None:  # loop state update
+        emit(f"{accs[u.src[0].src[0]]} = {val(u.src[1])};")
+      elif op is Ops.ASSIGN:
+        emit(self.reduce_update(u.arg, u.dtype, accs[u.src[0].src[0]], val(u.src[1])))
+      elif op is Ops.LOOP_VAR or op is Ops.LOOP:  # a copy of the state: later updates in the step must not show
+        var = u if op is Ops.LOOP_VAR else UOp(Ops.LOOP_VAR, u.dtype, (), u.arg)
+        define(u, accs[var])
+      elif op is Ops.BREAK_UNLESS:
+        emit(f"if (!({val(u.src[0])})) break;")
+      elif op is Ops.REDUCE:
+        if grouped and u is reduces[0]: self._combine_group(reduces, accs, local_size, local_decls, emit)
+        define(u, accs[u])
+      elif op is Ops.LOAD:
+        buf, idx = val(u.src[0]), val(u.src[1])
+        if len(u.src) == 3: idx = f"({val(u.src[2])} ? {idx} : 0)"
+        if u.dtype in HALF_TYPES: expr = self.load_half(u.dtype, buf, idx)
+        elif u.dtype.is_bool: expr = f"({buf}[{idx}] != 0)"
+        else: expr = f"{buf}[{idx}]"
+        define(u, expr)
+      elif op is Ops.STORE:
+        prologue()
+        buf, idx, value = u.src
+        if value.dtype in HALF_TYPES: emit(self.store_half(value.dtype, val(buf), val(idx), val(value)) + ";")
+        elif value.dtype.is_bool: emit(f"{val(buf)}[{val(idx)}] = {val(value)} ? 1 : 0;")
+        else: emit(f"{val(buf)}[{val(idx)}] = {val(value)};")
+      elif op is Ops.CONST or op is Ops.SINK:
+        continue
+      else:
+        expr = self.alu(u, [val(s) for s in u.src])
+        if u.dtype in HALF_TYPES and op not in (Ops.CAST, Ops.BITCAST, Ops.WHERE): expr = self.round_to(u.dtype, expr)
+        define(u, expr)
+    prologue()  # a kernel with no loops and no loads
+    body = "\n".join(lines)
+    # a buffer the kernel does not read (simplified away) is still an argument: launchers pass every buffer
+    args = ", ".join(params.get(i, f"{self.buffer_qualifier}{self.byte_type}* b{i}") for i in range(len(buffer_slots)))
+    locals_ = "".join(f"  {d}\n" for d in local_decls)
+    return f"{self.kernel_prefix}void {name}({args}) {{\n{locals_}{body}\n}}\n"
+
+  def _combine_group(self, reduces: list, accs: dict, size: int, local_decls: list, emit) -> None:
+    """Every work-item's partial accumulators into local memory, a tree of barriers combining them, then only
+    work-item 0 goes on (with the totals in its accumulators)."""
+    for k, r in enumerate(reduces):
+      local_decls.append(f"{self.local_qualifier}{self.local_type(r.dtype)} red{k}[{size}];")
+      emit(f"red{k}[lid] = {accs[r]};")
+    emit(self.barrier)
+    emit(f"for (int s = {size // 2}; s > 0; s >>= 1) {{")
+    emit(f"  if (lid < s) {{")
+    for k, r in enumerate(reduces):
+      a, b = f"red{k}[lid]", f"red{k}[lid + s]"
+      if r.dtype.is_bool:
+        emit(f"    {a} = {a} {'||' if r.arg in (Ops.ADD, Ops.MAX) else '&&'} {b};")
+      else:
+        emit("    " + self.reduce_update(r.arg, r.dtype, a, b))
+    emit("  }")
+    emit(f"  {self.barrier}")
+    emit("}")
+    emit("if (lid != 0) return;")
+    for k, r in enumerate(reduces): emit(f"{accs[r]} = red{k}[0];")
+
+
+class OpenCLRenderer(CStyleRenderer):
+  name = "opencl"
+  kernel_prefix = "__kernel "
+  buffer_qualifier = "__global "
+  local_qualifier = "__local "
+  barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+  types = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.int32: "int",
+           dtypes.int64: "long", dtypes.float16: "half", dtypes.bfloat16: "ushort", dtypes.float32: "float",
+           dtypes.float64: "double"}
+  unsigned_of = {dtypes.int32: "uint", dtypes.int64: "ulong"}
+
+  def ids(self, grouped: bool): return ("get_group_id(0)", "get_local_id(0)") if grouped else ("get_global_id(0)", "")
+
+  def special_float(self, v, double):
+    x = "NAN" if math.isnan(v) else "INFINITY" if v > 0 else "(-INFINITY)"
+    return f"((double){x})" if double else x
+
+  def preamble(self, used: set) -> str:
+    out = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if dtypes.float64 in used else ""
+    # half as storage only (vload_half/vstore_half are core OpenCL; arithmetic on half needs cl_khr_fp16)
+    out += ("inline float tu_round_half(float x) { ushort h; vstore_half_rte(x, 0, (__private half*)&h); "
+            "return vload_half(0, (__private half*)&h); }\n"
+            "inline ushort tu_half_bits(float x) { ushort h; vstore_half_rte(x, 0, (__private half*)&h); return h; }\n"
+            "inline float tu_half_from_bits(ushort h) { return vload_half(0, (__private half*)&h); }\n"
+            "inline float tu_bf16_to_float(ushort b) { return as_float(((uint)b) << 16); }\n"
+            "inline ushort tu_float_to_bf16(float f) { uint u = as_uint(f); "
+            "if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u); "
+            "return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n")
+    return out
+
+  def load_half(self, dt, ptr, idx):
+    return f"vload_half({idx}, {ptr})" if dt == dtypes.float16 else f"tu_bf16_to_float({ptr}[{idx}])"
+
+  def store_half(self, dt, ptr, idx, val):
+    return f"vstore_half_rte({val}, {idx}, {ptr})" if dt == dtypes.float16 else f"{ptr}[{idx}] = tu_float_to_bf16({val})"
+
+  def bitcast(self, src, dst, x):
+    if src in HALF_TYPES: x = f"tu_half_bits({x})" if src == dtypes.float16 else f"tu_float_to_bf16({x})"
+    if dst == dtypes.float16: return f"tu_half_from_bits(as_ushort({x}))"
+    if dst == dtypes.bfloat16: return f"tu_bf16_to_float(as_ushort({x}))"
+    return f"as_{self.types[dst]}({x})"
+
+
+class CUDARenderer(CStyleRenderer):
+  name = "cuda"
+  kernel_prefix = 'extern "C" __global__ '
+  local_qualifier = "__shared__ "
+  barrier = "__syncthreads();"
+  restrict = "__restrict__"
+  int64_suffix = "LL"
+  index_type = "long long"
+  byte_type = "unsigned char"
+  float32_math_suffix = "f"
+  types = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+           dtypes.int32: "int", dtypes.int64: "long long", dtypes.float16: "__half", dtypes.bfloat16: "__nv_bfloat16",
+           dtypes.float32: "float", dtypes.float64: "double"}
+  unsigned_of = {dtypes.int32: "unsigned int", dtypes.int64: "unsigned long long"}
+  BLOCK = 128  # work-items per block without a group
+
+  def ids(self, grouped: bool):
+    if grouped: return "(long long)blockIdx.x", "(int)threadIdx.x"
+    return f"(long long)blockIdx.x * {self.BLOCK} + threadIdx.x", ""
+
+  def special_float(self, v, double):
+    if double: bits = "0x7ff8000000000000LL" if math.isnan(v) else "0x7ff0000000000000LL"
+    else: bits = "0x7fc00000" if math.isnan(v) else "0x7f800000"
+    x = f"__longlong_as_double({bits})" if double else f"__int_as_float({bits})"
+    return x if math.isnan(v) or v > 0 else f"(-{x})"
+
+  def preamble(self, used: set) -> str:
+    out = ""
+    if dtypes.float16 in used: out += "#include <cuda_fp16.h>\n"
+    if dtypes.bfloat16 in used: out += "#include <cuda_bf16.h>\n"
+    out += ("template <class T, class F> __device__ inline T tu_bitcast(F x) { union { F f; T t; } u; u.f = x; return u.t; }\n")
+    if dtypes.float16 in used:
+      out += "__device__ inline float tu_round_half(float x) { return __half2float(__float2half_rn(x)); }\n"
+    if dtypes.bfloat16 in used:
+      out += ("__device__ inline __nv_bfloat16 tu_float_to_bf16(float x) { return __float2bfloat16_rn(x); }\n"
+              "__device__ inline float tu_bf16_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }\n")
+    return out
+
+  def load_half(self, dt, ptr, idx):
+    return f"__half2float({ptr}[{idx}])" if dt == dtypes.float16 else f"__bfloat162float({ptr}[{idx}])"
+
+  def store_half(self, dt, ptr, idx, val):
+    return f"{ptr}[{idx}] = __float2half_rn({val})" if dt == dtypes.float16 else f"{ptr}[{idx}] = __float2bfloat16_rn({val})"
+
+  def bitcast(self, src, dst, x):
+    if src == dtypes.float16: x = f"__half_as_ushort(__float2half_rn({x}))"
+    elif src == dtypes.bfloat16: x = f"__bfloat16_as_ushort(__float2bfloat16_rn({x}))"
+    if dst == dtypes.float16: return f"__half2float(__ushort_as_half((unsigned short)({x})))"
+    if dst == dtypes.bfloat16: return f"__bfloat162float(__ushort_as_bfloat16((unsigned short)({x})))"
+    return f"tu_bitcast<{self.types[dst]}>({x})"
+
+
+RENDERERS = {"opencl": OpenCLRenderer, "cuda": CUDARenderer}

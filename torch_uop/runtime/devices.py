@@ -1,0 +1,61 @@
+"""Targets: where a graph's kernels run, and what that changes along the pipeline.
+
+A `Target` names the device kind the optimizer plans for (core/opt.py: "cpu" or "gpu"), the renderer
+(LLVM IR, or core/renderer/cstyle.py's OpenCL C / CUDA C), the program class that compiles a graph's
+kernels (runtime/cpu.py, runtime/opencl.py, runtime/cuda.py) and the torch device its buffers live on:
+- "cpu": LLVM through llvmlite, CPU tensors (the default);
+- "opencl": OpenCL C through pyopencl, on CPU tensors' memory (in place on devices that share host memory);
+- "cuda": CUDA C through NVRTC, on CUDA tensors, chosen by the graph's inputs being on a CUDA device.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+import torch
+
+
+@dataclass(frozen=True)
+class Target:
+  name: str = "cpu"          # "cpu" | "opencl" | "cuda"
+  device_index: int = 0      # the CUDA device
+
+  @property
+  def kind(self) -> str: return "cpu" if self.name == "cpu" else "gpu"
+
+  @property
+  def torch_device(self) -> torch.device:
+    return torch.device("cuda", self.device_index) if self.name == "cuda" else torch.device("cpu")
+
+  def renderer(self):
+    from torch_uop.core.renderer.cstyle import RENDERERS
+    return RENDERERS[self.name]()
+
+  def max_local_size(self) -> int:
+    """The most work-items one group may have on this device."""
+    if self.name == "opencl":
+      from torch_uop.runtime.opencl import device_limits
+      return device_limits()["max_local_size"]
+    return 1024
+
+  def check_available(self) -> None:
+    """Raise a clear error (naming what is missing) if this target cannot run kernels in this process."""
+    if self.name == "opencl":
+      from torch_uop.runtime.opencl import opencl_device
+      opencl_device()
+    elif self.name == "cuda":
+      from torch_uop.runtime.cuda import _nvrtc, _driver
+      _nvrtc(), _driver()
+
+  def program(self, source: str, names: list[str]):
+    if self.name == "opencl":
+      from torch_uop.runtime.opencl import OpenCLProgram
+      return OpenCLProgram(source, names)
+    from torch_uop.runtime.cuda import CUDAProgram
+    return CUDAProgram(source, names, self.device_index)
+
+  def launcher(self, program, name: str, nbytes: list[int], items: int, local_size: int):
+    if self.name == "cuda":
+      from torch_uop.core.renderer.cstyle import CUDARenderer
+      return program.launcher(name, nbytes, items, local_size, CUDARenderer.BLOCK)
+    return program.launcher(name, nbytes, items, local_size)
+
+
+CPU = Target("cpu")
