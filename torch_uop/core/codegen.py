@@ -180,13 +180,13 @@ def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:
 
 
 def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, device_kind: str = "cpu",
-                 max_group: int = 0) -> Kernel:
+                 max_group: int = 0, parallelism: int = 0) -> Kernel:
   """`device_kind`: "cpu" (opts for the LLVM CPU path) or "gpu" (OpenCL and CUDA: core/opt.py gpu_opts, with groups
-  of at most `max_group` work-items)."""
+  of at most `max_group` work-items, for a device running `parallelism` work-items at once)."""
   ast = None
   if opts is None:
     plain, plain_ev = _kernel_ast(item, KernelOpts())
-    opts = heuristic_opts(item.root.shape, plain) if device_kind == "cpu" else gpu_opts(item.root.shape, plain, max_group)
+    opts = heuristic_opts(item.root.shape, plain) if device_kind == "cpu" else gpu_opts(item.root.shape, plain, max_group, parallelism)
     # without upcasts the kernel is the plain AST with its split loop relabeled: no second build
     if not opts.upcast and opts.vector_axis is None: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
   if ast is None: ast, ev = _kernel_ast(item, opts)

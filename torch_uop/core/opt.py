@@ -138,12 +138,14 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
 
 GROUP_SIZE = 256           # work-items per group of a grouped reduction (a power of two)
 GROUP_MIN_REDUCE = 256     # a reduction at least this long ...
-GROUP_MAX_OUTPUTS = 16384  # ... with at most this many outputs is grouped: one work-item per output would leave the device idle
+GROUP_MAX_OUTPUTS = 16384  # ... with fewer outputs than the device runs work-items at once (at most this many) is
+                           # grouped: one work-item per output would leave the device idle
 
 
-def gpu_opts(out_shape: tuple, plain_ast: UOp, max_group: int = GROUP_SIZE) -> KernelOpts:
-  """Opts for GPU-style devices: every output position is a work-item; a long reduction with few outputs is
-  grouped. The group size is only a heuristic read of the sizes (any size works: the loop is strided)."""
+def gpu_opts(out_shape: tuple, plain_ast: UOp, max_group: int = GROUP_SIZE, parallelism: int = GROUP_MAX_OUTPUTS) -> KernelOpts:
+  """Opts for GPU-style devices: every output position is a work-item; a long reduction with fewer outputs than
+  `parallelism` (work-items the device runs at once) is grouped. The group size is only a heuristic read of the
+  sizes (any size works: the loop is strided)."""
   reduces = [n for n in plain_ast.toposort() if n.op is Ops.REDUCE]
   if not reduces: return KernelOpts()
   reduce_size = 1
@@ -151,4 +153,4 @@ def gpu_opts(out_shape: tuple, plain_ast: UOp, max_group: int = GROUP_SIZE) -> K
   outputs = 1
   for s in out_shape: outputs *= hint(s)
   group = 1 << (min(GROUP_SIZE, max_group).bit_length() - 1)  # a power of two within the device's limit
-  return KernelOpts(group=group if group >= 2 and reduce_size >= GROUP_MIN_REDUCE and outputs <= GROUP_MAX_OUTPUTS else 0)
+  return KernelOpts(group=group if group >= 2 and reduce_size >= GROUP_MIN_REDUCE and outputs < min(parallelism, GROUP_MAX_OUTPUTS) else 0)

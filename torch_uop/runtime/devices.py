@@ -35,6 +35,14 @@ class Target:
       return device_limits()["max_local_size"]
     return 1024
 
+  def parallelism(self) -> int:
+    """Work-items the device runs at once, roughly: fewer outputs than this make a long reduction worth grouping."""
+    if self.name == "opencl":
+      from torch_uop.runtime.opencl import device_limits
+      return device_limits()["parallelism"]
+    props = torch.cuda.get_device_properties(self.device_index)
+    return props.multi_processor_count * getattr(props, "max_threads_per_multi_processor", 2048)
+
   def check_available(self) -> None:
     """Raise a clear error (naming what is missing) if this target cannot run kernels in this process."""
     if self.name == "opencl":

@@ -175,11 +175,11 @@ class CompiledGraph:
                  if isinstance(item, KernelItem)}
     # a big graph compiles its LLVM modules side by side: the helper processes start now, loading while codegen runs
     if not gpu and sum(isinstance(item, KernelItem) for item in sched.items) >= 8: compile_workers().start()
-    max_group = min(GROUP_SIZE, target.max_local_size()) if gpu else 0
+    max_group, parallelism = (min(GROUP_SIZE, target.max_local_size()), target.parallelism()) if gpu else (0, 0)
     with _Timer("codegen"):
       for i, item in enumerate(sched.items):
         if isinstance(item, KernelItem):
-          kernels.append((item, build_kernel(item, f"{name}_k{i}", tuned.get(i), target.kind, max_group)))
+          kernels.append((item, build_kernel(item, f"{name}_k{i}", tuned.get(i), target.kind, max_group, parallelism)))
     if vars_slot is not None:
       sched.buffers[vars_slot] = BufferInfo(vars_slot, (len(self.var_position),), dtypes.int64, "input")
     renderer = target.renderer() if gpu else None
@@ -334,6 +334,8 @@ class CompiledGraph:
       else:
         self.steps.append((kind, step))
     self.n_kernels = sum(1 for kind, _ in plan.steps if kind == "kernel")
+    # a target whose launches only enqueue (OpenCL in host memory): wait before host code touches a buffer
+    self._sync = getattr(program, "synchronize", None) if target.kind == "gpu" else None
     self.outputs, self.complex_outputs, self.release = plan.outputs, plan.complex_outputs, plan.release
     self.arena_offsets, self.arena_bytes = plan.arena_offsets, plan.arena_bytes
     self.arena = None
@@ -447,11 +449,13 @@ class CompiledGraph:
           elif entry is not None: body.append(f"{const(entry, 'E')}({args}{f', {max(split_size, 1)}' if split_arg else ''})")
           else: body.append(f"{const(fn, 'K')}({args}, 0, {max(split_size, 1)})")
       else:
+        if self._sync is not None: body.append(f"{const(self._sync, 'S')}()")
         results = "".join(f"b{s}, " for s in payload.out_slots.values())
         body.append(f"{'(' + results + ') = ' if results else ''}{const(_fallback_fn(payload), 'F')}"
                     f"({', '.join(f'b{s}' for s in payload.in_slots)})")
         body += addresses(payload.out_slots.values())
       if dead := [f"b{s}" for s in release if s not in self.arena_offsets]: body.append(f"del {', '.join(dead)}")
+    if self._sync is not None: body.append(f"{const(self._sync, 'S')}()")
     body.append(f"M._state['kernels_launched'] += {self.n_kernels}")
     if self.n_fallbacks: body.append(f"M._state['fallback_steps_run'] += {self.n_fallbacks}")
     if self.arena_offsets and arena is not None:
@@ -492,13 +496,16 @@ class CompiledGraph:
         if not empty:
           threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry, par_entry, split_arg)
       else:
+        if self._sync is not None: self._sync()
         self._run_fallback(payload, bufs)
       if prof is not None:
+        if self._sync is not None: self._sync()
         step = self.plan.steps[i][1]
         name = f"{step.label or step.name} {tuple(step.shape)}" if kind == "kernel" else f"fallback {step.op.name}"
         calls, secs = prof.get(name, (0, 0.0))
         prof[name] = (calls + 1, secs + time.perf_counter() - t0)
       for s in release: del bufs[s]
+    if self._sync is not None: self._sync()
     st = _metrics._state
     st["kernels_launched"] += self.n_kernels
     if self.n_fallbacks: st["fallback_steps_run"] += self.n_fallbacks

@@ -5,9 +5,10 @@ device (`opencl_device()`: TORCH_UOP_OPENCL_DEVICE="platform substring[:device i
 else the first device of any kind, e.g. pocl on the CPU). The built binary is kept in the disk cache
 (runtime/cache.py), keyed by source, device and driver. `launcher(...)` gives a callable taking the buffers'
 host addresses (ints), as the CPU launchers do: on a device that shares host memory
-(CL_DEVICE_HOST_UNIFIED_MEMORY, e.g. pocl) each buffer wraps the tensor's memory in place (CL_MEM_USE_HOST_PTR)
-and the output is mapped back after the kernel; on any other device the buffers are copied in and the output
-copied out. Each launch waits for its kernel: the next step may be torch code reading the output.
+(CL_DEVICE_HOST_UNIFIED_MEMORY, e.g. pocl) each buffer wraps the tensor's memory in place (CL_MEM_USE_HOST_PTR),
+kernels are only enqueued, and the executor calls `synchronize()` before host code touches a buffer (outputs are
+mapped there if a probe found the device does not write host memory in place); on any other device the buffers are
+copied in and the output copied out, and each launch waits.
 It knows nothing of UOps or torch.
 """
 from __future__ import annotations
@@ -46,8 +47,12 @@ def opencl_device():
 
 
 def device_limits() -> dict:
+  import pyopencl as cl
   _, _, dev = opencl_device()
-  return {"max_local_size": dev.max_work_group_size, "name": f"{dev.platform.name} / {dev.name}"}
+  # a CPU device runs a work-item per SIMD lane of each core; a GPU fills its compute units with whole groups
+  lanes = 16 if dev.type & cl.device_type.CPU else dev.max_work_group_size
+  return {"max_local_size": dev.max_work_group_size, "name": f"{dev.platform.name} / {dev.name}",
+          "parallelism": dev.max_compute_units * lanes}
 
 
 class OpenCLProgram:
@@ -56,7 +61,9 @@ class OpenCLProgram:
     from torch_uop.runtime import cache
     self.source = source
     ctx, self.queue, dev = opencl_device()
-    self.unified = bool(dev.host_unified_memory)
+    self.device = device_state()
+    self.mode = self.device.mode
+    self.pending: list = []  # buffers of kernels launched since the last synchronize()
     key = cache.key(source, dev.platform.name, dev.name, dev.driver_version)
     binary = cache.load(key, ".clbin")
     self.from_cache = binary is not None
@@ -81,30 +88,76 @@ class OpenCLProgram:
 
   def launcher(self, name: str, nbytes: list[int], items: int, local_size: int):
     """`run(*addresses)`: the kernel over `items` output positions (work-groups of `local_size` work-items when
-    grouped), on buffers of `nbytes` bytes each at those host addresses; the first is the output."""
+    grouped), on buffers of `nbytes` bytes each at those host addresses; the first is the output. Where the device
+    writes host memory in place, the launch is only enqueued (the queue keeps kernels in order): the host calls
+    `synchronize()` before it reads or writes any buffer (a fallback step, the graph's return)."""
     import pyopencl as cl
-    kernel, queue, unified = self.kernels[name], self.queue, self.unified
+    kernel, queue, mode, pending, device = self.kernels[name], self.queue, self.mode, self.pending, self.device
     ctx = queue.context
-    mf = cl.mem_flags
+    flags = cl.mem_flags.READ_WRITE | (cl.mem_flags.COPY_HOST_PTR if mode == "copy" else cl.mem_flags.USE_HOST_PTR)
     gsize, lsize = ((items * local_size,), (local_size,)) if local_size else ((items,), None)
-    dummy = cl.Buffer(ctx, mf.READ_WRITE, 1)  # for empty buffers (OpenCL has no buffer of 0 bytes)
-    lock = threading.Lock()  # a kernel object holds its arguments: one launch at a time
-
-    def host(addr: int, n: int): return (ctypes.c_char * n).from_address(addr)
 
     def run(*addresses):
       # (address 0: an empty tensor, which the kernel never reads)
-      flags = mf.READ_WRITE | (mf.USE_HOST_PTR if unified else mf.COPY_HOST_PTR)
-      bufs = [cl.Buffer(ctx, flags, hostbuf=host(a, n)) if n and a else dummy for a, n in zip(addresses, nbytes)]
-      with lock:
+      bufs = [cl.Buffer(ctx, flags, hostbuf=_host(a, n)) if n and a else device.dummy for a, n in zip(addresses, nbytes)]
+      with device.lock:  # a kernel object holds its arguments: one launch at a time
         kernel.set_args(*bufs)
         done = cl.enqueue_nd_range_kernel(queue, kernel, gsize, lsize)
-      if not nbytes[0]: return done.wait()
-      if unified:  # mapping makes the device's writes visible in host memory (a no-op where it wrote there)
-        mapped, ev = cl.enqueue_map_buffer(queue, bufs[0], cl.map_flags.READ, 0, (nbytes[0],), "b", wait_for=[done])
-        ev.wait()
-        mapped.base.release(queue)
+      if mode == "copy":  # the next buffer made may copy this output in: wait for it
+        if nbytes[0] and addresses[0]: cl.enqueue_copy(queue, _host(addresses[0], nbytes[0]), bufs[0], wait_for=[done])
         queue.finish()
       else:
-        cl.enqueue_copy(queue, host(addresses[0], nbytes[0]), bufs[0], wait_for=[done]).wait()
+        pending.append(bufs)  # kept alive until the kernel ran
     return run
+
+  def synchronize(self) -> None:
+    """Wait for every launched kernel; where the device does not write host memory in place, map the outputs."""
+    if not self.pending: return
+    self.queue.finish()
+    if self.mode == "map":
+      import pyopencl as cl
+      for bufs in self.pending:
+        if bufs[0] is self.device.dummy: continue
+        mapped, ev = cl.enqueue_map_buffer(self.queue, bufs[0], cl.map_flags.READ, 0, (bufs[0].size,), "b")
+        ev.wait()
+        mapped.base.release(self.queue)
+      self.queue.finish()
+    self.pending.clear()
+
+
+def _host(addr: int, n: int): return (ctypes.c_char * n).from_address(addr)
+
+
+class _DeviceState:
+  """Per process: a 1-byte buffer standing for empty tensors (OpenCL has no buffer of 0 bytes), the launch lock, and
+  how the device sees host memory: "in_place" (it writes the tensor's memory itself: probed once), "map" (shared
+  memory that needs a map to be seen), "copy" (its own memory)."""
+
+  def __init__(self, ctx, queue, dev):
+    import pyopencl as cl
+    self.dummy = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 1)
+    self.lock = threading.Lock()
+    self.mode = "copy"
+    if dev.host_unified_memory:
+      self.mode = "in_place" if _writes_in_place(ctx, queue) else "map"
+
+
+def _writes_in_place(ctx, queue) -> bool:
+  """Whether a kernel's writes to a CL_MEM_USE_HOST_PTR buffer land in the host memory without a map (pocl)."""
+  import pyopencl as cl
+  import numpy as np
+  host = np.zeros(1024, dtype=np.float32)  # 4 KiB, aligned as torch's allocations are
+  buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=host)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", cl.CompilerWarning)
+    prg = cl.Program(ctx, "__kernel void probe(__global float* x) { x[get_global_id(0)] = 7.0f; }").build()
+  k = cl.Kernel(prg, "probe")
+  k.set_args(buf)
+  cl.enqueue_nd_range_kernel(queue, k, (1024,), None)
+  queue.finish()
+  return bool((host == 7.0).all())
+
+
+@functools.cache
+def device_state() -> _DeviceState:
+  return _DeviceState(*opencl_device())

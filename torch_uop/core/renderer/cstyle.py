@@ -203,9 +203,11 @@ class CStyleRenderer:
       total = " * ".join(f"({ix})({s})" for s in sizes) or "1"
       emit(f"if (gid >= {total}) return;")
       stride = "1"
-      for r, s in reversed(list(zip(outer, sizes))):
+      for k, (r, s) in reversed(list(enumerate(zip(outer, sizes)))):
         n = names[r] = tmp("r")
-        emit(f"{ix} {n} = (gid / ({stride})) % ({s});" if stride != "1" else f"{ix} {n} = gid % ({s});")
+        # below the guard, gid / stride of the outermost loop is already below its size: no modulo
+        index = "gid" if stride == "1" else f"(gid / ({stride}))"
+        emit(f"{ix} {n} = {index};" if k == 0 else f"{ix} {n} = {index} % ({s});")
         stride = f"{stride} * ({s})" if stride != "1" else f"({ix})({s})"
 
     def define(u: UOp, expr: str):
