@@ -136,6 +136,7 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
   return KernelOpts(tuple(sorted(upcast)), split, vector_axis)
 
 
+GPU_UPCAST = 4             # the most one output axis is upcast by in a GPU work-item
 GROUP_SIZE = 256           # work-items per group of a grouped reduction (a power of two)
 GROUP_MIN_REDUCE = 256     # a reduction at least this long ...
 GROUP_MAX_OUTPUTS = 16384  # ... with fewer outputs than the device runs work-items at once (at most this many) is
@@ -153,4 +154,9 @@ def gpu_opts(out_shape: tuple, plain_ast: UOp, max_group: int = GROUP_SIZE, para
   outputs = 1
   for s in out_shape: outputs *= hint(s)
   group = 1 << (min(GROUP_SIZE, max_group).bit_length() - 1)  # a power of two within the device's limit
-  return KernelOpts(group=group if group >= 2 and reduce_size >= GROUP_MIN_REDUCE and outputs < min(parallelism, GROUP_MAX_OUTPUTS) else 0)
+  if group >= 2 and reduce_size >= GROUP_MIN_REDUCE and outputs < min(parallelism, GROUP_MAX_OUTPUTS):
+    return KernelOpts(group=group)
+  # register blocking as on the CPU (a matmul's 4x4 tile of outputs per work-item shares 4+4 loads per step), with
+  # no SIMD axis: a work-item's upcast is at most GPU_UPCAST along an axis
+  cpu = heuristic_opts(out_shape, plain_ast)
+  return KernelOpts(tuple((axis, min(f, GPU_UPCAST)) for axis, f in cpu.upcast))
