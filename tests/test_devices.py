@@ -113,3 +113,12 @@ def test_cuda_training():
   lin = torch.nn.Linear(32, 16).cuda()
   check_grads_against_eager(lambda x: torch.nn.functional.gelu(lin(x)).square().mean(),
                             torch.randn(8, 32, device="cuda", requires_grad=True))
+
+
+@needs_opencl
+def test_beam_search_on_opencl(tmp_path, monkeypatch):
+  """BEAM times GPU-style candidates (group sizes, register blocking) on the device itself; the winner matches eager."""
+  monkeypatch.setenv("TORCH_UOP_CACHE_DIR", str(tmp_path))
+  m = check_against_eager(lambda a, b, x: (a @ b, x.sum(-1)), torch.randn(128, 128), torch.randn(128, 128),
+                          torch.randn(16, 4096), options={"device": "opencl", "beam": 2}, rtol=1e-4, atol=1e-3)
+  assert m["kernels_searched"] == 2

@@ -14,6 +14,11 @@ the search.
 
 Small kernels, and kernels with data-dependent loops (random data could make them run for ever), keep
 the heuristic. This module times native code: it is the one part of core/ that runs anything.
+
+Per device (`target`, runtime/devices.py): on OpenCL and CUDA the search starts from `gpu_opts` and its
+neighbours are another group size for a reduction (0 = none, or a power of two within the device's limit) and
+register blocking of at most GPU_UPCAST per axis; candidates are rendered as the device's C, built for it and
+timed there on scratch buffers in the device's memory. The tuning key then names the device.
 """
 from __future__ import annotations
 import contextlib
@@ -22,7 +27,7 @@ import json
 import math
 import sys
 import time
-from torch_uop.core.opt import KernelOpts, heuristic_opts
+from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts, GPU_UPCAST
 from torch_uop.core.uop import Ops
 from torch_uop import counters as _metrics
 
@@ -78,11 +83,28 @@ def neighbours(opts: KernelOpts, shape: tuple, reduces: bool) -> list[KernelOpts
   return out
 
 
-def _scratch(info, torch):
+def gpu_neighbours(opts: KernelOpts, shape: tuple, reduces: bool, max_group: int) -> list[KernelOpts]:
+  """GPU-style opts one step away: another group size (a reduction), or one axis upcast twice or half as far."""
+  out = []
+  if reduces:
+    for g in (0, 32, 64, 128, 256):
+      if g != opts.group and g <= max_group: out.append(KernelOpts(() if g else opts.upcast, None, None, g))
+  if opts.group: return out
+  factors = dict(opts.upcast)
+  for axis, size in enumerate(shape):
+    f = factors.get(axis, 1)
+    for new in (f * 2, f // 2):
+      if new < 1 or new > GPU_UPCAST or new == f or not isinstance(size, int) or size % new: continue
+      upcast = tuple(sorted((a, x) for a, x in {**factors, axis: new}.items() if x > 1))
+      if len(upcast) <= 2: out.append(KernelOpts(upcast))
+  return out
+
+
+def _scratch(info, torch, device=None):
   """A buffer of this BufferInfo's shape, strides and dtype, filled with random values."""
   from torch_uop.core.dtypes import to_torch
   dt = to_torch(info.dtype)
-  t = torch.empty_strided(info.shape, info.strides, dtype=dt)
+  t = torch.empty_strided(info.shape, info.strides, dtype=dt, device=device)
   if dt.is_floating_point: t.copy_(torch.randn(info.shape))
   elif dt is torch.bool: t.copy_(torch.rand(info.shape) < 0.5)
   else: t.copy_(torch.randint(0, 4, info.shape))  # small values: valid indices, shifts and divisors stay tame
@@ -92,13 +114,15 @@ def _scratch(info, torch):
 class _Bench:
   """Compiles candidates of one kernel and times them on shared scratch buffers."""
 
-  def __init__(self, item, opt_level: int):
+  def __init__(self, item, opt_level: int, target=None):
     import torch
-    self.item, self.opt_level, self.torch = item, opt_level, torch
+    from torch_uop.runtime.devices import CPU
+    self.item, self.opt_level, self.torch, self.target = item, opt_level, torch, target or CPU
     state = torch.random.get_rng_state()
     torch.manual_seed(0)
     try:
-      with _one_torch_thread(torch): self.buffers = {s: _scratch(info, torch) for s, info in item.buffers.items()}
+      with _one_torch_thread(torch):
+        self.buffers = {s: _scratch(info, torch, self.target.torch_device) for s, info in item.buffers.items()}
     finally:
       torch.random.set_rng_state(state)
     self.reference = None  # the heuristic's output
@@ -113,14 +137,19 @@ class _Bench:
     from torch_uop.runtime import threads
     from torch_uop.runtime.executor import _kernel_work
     torch = self.torch
+    ptrs = None
     try:
-      k = build_kernel(self.item, "tune", opts)
-      prog = CPUProgram(render_llvm(k.name, k.program, k.buffers), {k.name: len(k.buffers)}, self.opt_level, disk_cache=False)
+      if self.target.kind == "gpu":
+        prog, launch = self._device_launch(opts)
+      else:
+        k = build_kernel(self.item, "tune", opts)
+        prog = CPUProgram(render_llvm(k.name, k.program, k.buffers), {k.name: len(k.buffers)}, self.opt_level, disk_cache=False)
+        fn, ptrs = prog.functions[k.name], [self.buffers[s].data_ptr() for s in k.buffers]
     except Exception:
       return None
-    fn, ptrs = prog.functions[k.name], [self.buffers[s].data_ptr() for s in k.buffers]
-    n_threads = threads.max_threads(k.split_size, _kernel_work(k))
-    launch = lambda: threads.launch(fn, ptrs, k.split_size, n_threads)
+    if ptrs is not None:
+      n_threads = threads.max_threads(k.split_size, _kernel_work(k))
+      launch = lambda: threads.launch(fn, ptrs, k.split_size, n_threads)
     out = self.buffers[self.item.out_slot]
     with _one_torch_thread(torch):  # torch's own small ops crawl when its threads fight ours for the cores
       out.fill_(float("nan") if out.dtype.is_floating_point else 0x5A if out.dtype is not torch.bool else True)
@@ -134,6 +163,23 @@ class _Bench:
       dt = _timed(launch)
       best, spent, runs = min(best, dt), spent + dt, runs + 1
     return best
+
+  def _device_launch(self, opts: KernelOpts):
+    """(program, launch()) of the kernel built with `opts` for a GPU-style target; launch() waits for the kernel."""
+    from torch_uop.core.codegen import build_kernel
+    from torch_uop.core.renderer.cstyle import launch_items
+    from torch_uop.runtime.executor import _nbytes
+    target, torch = self.target, self.torch
+    k = build_kernel(self.item, "tune", opts, "gpu")
+    renderer = target.renderer()
+    prog = target.program(renderer.program_source([renderer.render_kernel(k.name, k.program, k.buffers, k.local_size)]), [k.name])
+    run = target.launcher(prog, k.name, [_nbytes(self.item.buffers[s]) for s in k.buffers], launch_items(k.program), k.local_size)
+    ptrs = [self.buffers[s].data_ptr() for s in k.buffers]
+    wait = getattr(prog, "synchronize", None) or (lambda: torch.cuda.synchronize(target.torch_device))
+    def launch():
+      run(*ptrs)
+      wait()
+    return prog, launch
 
   def confirm(self, a: KernelOpts, b: KernelOpts) -> tuple[float, float]:
     """Both candidates timed again, alternately, so that a load change on the machine hits both alike."""
@@ -178,8 +224,16 @@ def _searchable(item, plain) -> bool:
   return math.prod(item.root.shape) * reduce_size >= MIN_WORK
 
 
-def _tuning_key(item, width: int, opt_level: int) -> str:
+def _tuning_key(item, width: int, opt_level: int, target=None) -> str:
   import torch
+  if target is not None and target.kind == "gpu":
+    from torch_uop.core.codegen import build_kernel
+    from torch_uop.runtime import cache
+    import torch_uop
+    k = build_kernel(item, "k", KernelOpts(), "gpu")
+    source = target.renderer().render(k.name, k.program, k.buffers)
+    return cache.key("beam", target.name, target.describe(), source, f"width={width}", torch_uop.__version__,
+                     _optimizer_sources())
   import llvmlite.binding as llvm
   import torch_uop
   from torch_uop.core.codegen import build_kernel
@@ -197,34 +251,36 @@ def _tuning_key(item, width: int, opt_level: int) -> str:
 def _optimizer_sources() -> str:
   """A digest of the code that decides what an opt means and which opts exist: a change there retunes."""
   import hashlib
-  import torch_uop.core.codegen, torch_uop.core.opt, torch_uop.core.renderer.llvmir  # noqa: E401
+  import torch_uop.core.codegen, torch_uop.core.opt, torch_uop.core.renderer.llvmir, torch_uop.core.renderer.cstyle  # noqa: E401
   h = hashlib.sha256()
-  for mod in (torch_uop.core.codegen, torch_uop.core.opt, torch_uop.core.renderer.llvmir, sys.modules[__name__]):
+  for mod in (torch_uop.core.codegen, torch_uop.core.opt, torch_uop.core.renderer.llvmir, torch_uop.core.renderer.cstyle,
+              sys.modules[__name__]):
     with open(mod.__file__, "rb") as f: h.update(f.read())
   return h.hexdigest()
 
 
 def _opts_from_json(d: dict) -> KernelOpts:
-  return KernelOpts(tuple((int(a), int(f)) for a, f in d["upcast"]), d["split_axis"], d["vector_axis"])
+  return KernelOpts(tuple((int(a), int(f)) for a, f in d["upcast"]), d["split_axis"], d["vector_axis"], int(d.get("group", 0)))
 
 
-def beam_search(item, width: int, opt_level: int = 3, debug: int = 0, name: str = "") -> KernelOpts | None:
-  """The opts to build `item` with: the tuned winner, or None (build with the heuristic)."""
+def beam_search(item, width: int, opt_level: int = 3, debug: int = 0, name: str = "", target=None) -> KernelOpts | None:
+  """The opts to build `item` with for `target` (None: the CPU): the tuned winner, or None (build with the heuristic)."""
   from torch.utils._python_dispatch import _disable_current_modes
   with _disable_current_modes():  # compiling runs under Dynamo's fake-tensor mode; scratch buffers must be real
     try:
-      return _beam_search(item, width, opt_level, debug, name)
+      return _beam_search(item, width, opt_level, debug, name, target)
     except Exception as e:  # a kernel the search cannot run (e.g. overlapping scratch layouts) keeps the heuristic
       if debug >= 1: print(f"[torch_uop] beam {name}: not searched ({type(e).__name__}: {e})", file=sys.stderr)
       return None
 
 
-def _beam_search(item, width: int, opt_level: int, debug: int, name: str) -> KernelOpts | None:
+def _beam_search(item, width: int, opt_level: int, debug: int, name: str, target=None) -> KernelOpts | None:
   from torch_uop.runtime import cache
   plain = _plain_ast(item)
   if not _searchable(item, plain): return None
   st = _metrics.state()
-  key = _tuning_key(item, width, opt_level)
+  gpu = target is not None and target.kind == "gpu"
+  key = _tuning_key(item, width, opt_level, target)
   hit = cache.load_tuning(key)
   if hit is not None:
     try:
@@ -236,8 +292,14 @@ def _beam_search(item, width: int, opt_level: int, debug: int, name: str) -> Ker
   t_start = time.perf_counter()
   shape = item.root.shape
   reduces = any(n.op is Ops.REDUCE for n in plain.toposort())
-  heuristic = heuristic_opts(shape, plain)
-  bench = _Bench(item, opt_level)
+  if gpu:
+    max_group = min(256, target.max_local_size())
+    heuristic = gpu_opts(shape, plain, max_group, target.parallelism())
+    step = lambda o: gpu_neighbours(o, shape, reduces, max_group)
+  else:
+    heuristic = heuristic_opts(shape, plain)
+    step = lambda o: neighbours(o, shape, reduces)
+  bench = _Bench(item, opt_level, target)
   timed: dict[KernelOpts, float | None] = {heuristic: bench.run(heuristic)}
   if timed[heuristic] is None: return None  # the heuristic itself does not build: nothing to compare against
   beam = [heuristic]
@@ -248,7 +310,7 @@ def _beam_search(item, width: int, opt_level: int, debug: int, name: str) -> Ker
     return len(timed) >= MAX_CANDIDATES or spent + spent / len(timed) > MAX_SEARCH_S
 
   while True:
-    fresh = [c for b in beam for c in [b, *neighbours(b, shape, reduces)] if c not in timed]
+    fresh = [c for b in beam for c in [b, *step(b)] if c not in timed]
     for c in dict.fromkeys(fresh):
       if out_of_budget(): break
       timed[c] = bench.run(c, cutoff=2 * best)
@@ -265,7 +327,7 @@ def _beam_search(item, width: int, opt_level: int, debug: int, name: str) -> Ker
   if debug >= 1:
     print(f"[torch_uop] beam {name}: {len(timed)} candidates in {time.perf_counter() - t_start:.2f}s, "
           f"heuristic {t_heuristic * 1e6:.1f}us {heuristic}, best {t_best * 1e6:.1f}us {beam[0]}, chosen {winner}", file=sys.stderr)
-  record = {"upcast": winner.upcast, "split_axis": winner.split_axis, "vector_axis": winner.vector_axis,
+  record = {"upcast": winner.upcast, "split_axis": winner.split_axis, "vector_axis": winner.vector_axis, "group": winner.group,
             "time_s": t_best if winner != heuristic else t_heuristic, "heuristic_time_s": t_heuristic, "candidates": len(timed)}
   cache.store_tuning(key, json.dumps(record))
   return winner

@@ -35,6 +35,14 @@ class Target:
       return device_limits()["max_local_size"]
     return 1024
 
+  def describe(self) -> str:
+    """The device in words (what tuning results depend on)."""
+    if self.name == "opencl":
+      from torch_uop.runtime.opencl import device_limits
+      return device_limits()["name"]
+    if self.name == "cuda": return torch.cuda.get_device_name(self.device_index)
+    return "cpu"
+
   def parallelism(self) -> int:
     """Work-items the device runs at once, roughly: fewer outputs than this make a long reduction worth grouping."""
     if self.name == "opencl":

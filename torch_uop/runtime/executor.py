@@ -132,7 +132,6 @@ class CompiledGraph:
     `target`: where the kernels run (runtime/devices.py)."""
     self.target = target
     gpu = target.kind == "gpu"
-    if gpu: beam = 0  # BEAM times candidates with the CPU's launchers
     # an instance attribute, so wrappers made with functools.wraps (torch._dynamo.disable) keep it
     self._boxed_call = True
     self.size_vars = list(size_vars or [])
@@ -171,7 +170,8 @@ class CompiledGraph:
     kernels, tuned = [], {}
     if beam:  # opts chosen by timing candidates (core/search.py); None keeps the heuristic
       with _Timer("search"):
-        tuned = {i: beam_search(item, beam, opt_level, debug, f"{name}_k{i}") for i, item in enumerate(sched.items)
+        tuned = {i: beam_search(item, beam, opt_level, debug, f"{name}_k{i}", target if gpu else None)
+                 for i, item in enumerate(sched.items)
                  if isinstance(item, KernelItem)}
     # a big graph compiles its LLVM modules side by side: the helper processes start now, loading while codegen runs
     if not gpu and sum(isinstance(item, KernelItem) for item in sched.items) >= 8: compile_workers().start()
