@@ -5,7 +5,9 @@ backward, or inference), applying `decomposition_table()` to reach core ATen, an
 `compile_fx_graph` on each resulting graph. That lowers the graph to UOps, schedules, compiles and
 returns a `CompiledGraph` (boxed calling convention). A graph with symbolic sizes becomes a
 `SizeSpecializedGraph`, which compiles a static copy per distinct set of call sizes. Nothing raises
-for an unsupported op: nodes fall back to ATen; graphs the IR cannot hold (non-CPU inputs) run as they are.
+for an unsupported op: nodes fall back to ATen; graphs the IR cannot hold (inputs on several devices, or on one
+that is neither the CPU nor CUDA) run as they are. `graph_target` picks where a graph's kernels run
+(runtime/devices.py): CUDA for CUDA tensors, else the `device` option (LLVM on the CPU, or OpenCL).
 """
 from __future__ import annotations
 import functools
