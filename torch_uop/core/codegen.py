@@ -190,7 +190,8 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
     # without upcasts the kernel is the plain AST with its split loop relabeled: no second build
     if not opts.upcast and opts.vector_axis is None: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
   if ast is None: ast, ev = _kernel_ast(item, opts)
-  ast = graph_rewrite(ast, transcendental)
+  # polynomial exp/erf vectorize on the CPU; a GPU-style device has its own math functions (and rounds to bf16 itself)
+  if device_kind == "cpu": ast = graph_rewrite(ast, transcendental)
   if item.size_vars is not None: ast = _divided_variables(ast, item, opts)
   size_vars = [n for n in ast.toposort() if n.op is Ops.DEFINE_VAR]
   if size_vars:

@@ -143,12 +143,28 @@ GROUP_MAX_OUTPUTS = 16384  # ... with fewer outputs than the device runs work-it
                            # grouped: one work-item per output would leave the device idle
 
 
+def _contiguous_upcast(out_shape: tuple, nodes: list, parallelism: int) -> KernelOpts:
+  """An elementwise kernel with work enough for the whole device several times over: GPU_UPCAST consecutive
+  outputs per work-item along an axis the stores walk contiguously (the renderer makes vector loads and stores)."""
+  outputs = 1
+  for s in out_shape: outputs *= hint(s)
+  if outputs < GPU_UPCAST * parallelism: return KernelOpts()
+  ranges = [n for n in nodes if n.op is Ops.RANGE]
+  stores = [n for n in nodes if n.op is Ops.STORE]
+  for r in sorted((n for n in ranges if n.arg[1] == "global"), key=lambda n: -n.arg[0]):
+    size = out_shape[r.arg[0]]
+    if not is_sym(size) and size % GPU_UPCAST == 0 and all(stride_along(s.src[1], r, ranges) == 1 for s in stores):
+      return KernelOpts(((r.arg[0], GPU_UPCAST),))
+  return KernelOpts()
+
+
 def gpu_opts(out_shape: tuple, plain_ast: UOp, max_group: int = GROUP_SIZE, parallelism: int = GROUP_MAX_OUTPUTS) -> KernelOpts:
   """Opts for GPU-style devices: every output position is a work-item; a long reduction with fewer outputs than
   `parallelism` (work-items the device runs at once) is grouped. The group size is only a heuristic read of the
   sizes (any size works: the loop is strided)."""
-  reduces = [n for n in plain_ast.toposort() if n.op is Ops.REDUCE]
-  if not reduces: return KernelOpts()
+  nodes = plain_ast.toposort()
+  reduces = [n for n in nodes if n.op is Ops.REDUCE]
+  if not reduces: return _contiguous_upcast(out_shape, nodes, parallelism)
   reduce_size = 1
   for r in reduces[0].src[1:]: reduce_size *= _trip_count(r)
   outputs = 1

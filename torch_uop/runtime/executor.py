@@ -454,7 +454,9 @@ class CompiledGraph:
         body.append(f"{'(' + results + ') = ' if results else ''}{const(_fallback_fn(payload), 'F')}"
                     f"({', '.join(f'b{s}' for s in payload.in_slots)})")
         body += addresses(payload.out_slots.values())
-      if dead := [f"b{s}" for s in release if s not in self.arena_offsets]: body.append(f"del {', '.join(dead)}")
+      # (kernels that only enqueue may still read a buffer after its last step: it lives until the call returns)
+      if self._sync is None and (dead := [f"b{s}" for s in release if s not in self.arena_offsets]):
+        body.append(f"del {', '.join(dead)}")
     if self._sync is not None: body.append(f"{const(self._sync, 'S')}()")
     body.append(f"M._state['kernels_launched'] += {self.n_kernels}")
     if self.n_fallbacks: body.append(f"M._state['fallback_steps_run'] += {self.n_fallbacks}")
@@ -504,7 +506,8 @@ class CompiledGraph:
         name = f"{step.label or step.name} {tuple(step.shape)}" if kind == "kernel" else f"fallback {step.op.name}"
         calls, secs = prof.get(name, (0, 0.0))
         prof[name] = (calls + 1, secs + time.perf_counter() - t0)
-      for s in release: del bufs[s]
+      if self._sync is None:
+        for s in release: del bufs[s]
     if self._sync is not None: self._sync()
     st = _metrics._state
     st["kernels_launched"] += self.n_kernels

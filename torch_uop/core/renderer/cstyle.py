@@ -177,6 +177,8 @@ class CStyleRenderer:
     reduce_ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] in ("reduce", "reduce_serial")]
     group_range = reduce_ranges[0] if grouped and reduce_ranges else None
     reduces = [u for u in program if u.op is Ops.REDUCE]
+    load_groups, store_groups = self.vector_groups(program)
+    vector_of: dict = {}  # the first LOAD of a vector group -> the vector's name
     gid, lid = self.ids(grouped)
     prologue_done = [False]
 
@@ -261,6 +263,14 @@ class CStyleRenderer:
       elif op is Ops.REDUCE:
         if grouped and u is reduces[0]: self._combine_group(reduces, accs, local_size, local_decls, emit)
         define(u, accs[u])
+      elif op is Ops.LOAD and u in load_groups:  # one lane of a vector load (made at the group's first load)
+        group, lane = load_groups[u]
+        if group[0] not in vector_of:
+          base = f"({val(u.src[1])} - {lane})" if lane else val(u.src[1])
+          v = vector_of[group[0]] = tmp("v")
+          used.add(u.dtype)
+          emit(f"{self.vector_type(u.dtype)} {v} = {self.vector_load(u.dtype, val(u.src[0]), base)};")
+        names[u] = f"{vector_of[group[0]]}.{'xyzw'[lane]}"
       elif op is Ops.LOAD:
         buf, idx = val(u.src[0]), val(u.src[1])
         if len(u.src) == 3: idx = f"({val(u.src[2])} ? {idx} : 0)"
@@ -268,6 +278,11 @@ class CStyleRenderer:
         elif u.dtype.is_bool: expr = f"({buf}[{idx}] != 0)"
         else: expr = f"{buf}[{idx}]"
         define(u, expr)
+      elif op is Ops.STORE and u in store_groups:
+        prologue()
+        lanes = store_groups[u]
+        if lanes:  # the group's first store writes all lanes; the others were folded into it
+          emit(self.vector_store(u.src[2].dtype, val(lanes[0].src[0]), val(lanes[0].src[1]), [val(s.src[2]) for s in lanes]) + ";")
       elif op is Ops.STORE:
         prologue()
         buf, idx, value = u.src
@@ -286,6 +301,65 @@ class CStyleRenderer:
     args = ", ".join(params.get(i, f"{self.buffer_qualifier}{self.byte_type}* b{i}") for i in range(len(buffer_slots)))
     locals_ = "".join(f"  {d}\n" for d in local_decls)
     return f"{self.kernel_prefix}void {name}({args}) {{\n{locals_}{body}\n}}\n"
+
+  # ----------------------------------------------------------------- vector accesses
+  VECTOR_WIDTH = 4
+  vector_load_dtypes: tuple = ()   # dtypes the dialect loads as vectors (any element-aligned address)
+  vector_store_dtypes: tuple = ()  # dtypes the dialect stores as vectors
+  store_alignment_lanes = 1        # a vector store's first index must be a multiple of this (CUDA: the vector's size)
+
+  def vector_type(self, dt: DType) -> str: raise NotImplementedError
+  def vector_load(self, dt: DType, ptr: str, idx: str) -> str: raise NotImplementedError
+  def vector_store(self, dt: DType, ptr: str, idx: str, vals: list[str]) -> str: raise NotImplementedError
+
+  def vector_groups(self, program: list[UOp]) -> tuple[dict, dict]:
+    """Accesses of 4 consecutive elements of one buffer (an upcast along a contiguous axis) done as one vector
+    access: ({LOAD: (its group in program order, its lane)}, {STORE: its group for the first, [] for the others})."""
+    from torch_uop.core.symbolic import simplify
+    width = self.VECTOR_WIDTH
+
+    def split(idx: UOp):  # index = (the multiset of its non-constant terms) + constant offset
+      terms, stack, offset = [], [idx], 0
+      while stack:
+        x = stack.pop()
+        if x.op is Ops.ADD: stack += x.src
+        elif x.op is Ops.CONST: offset += x.arg
+        else: terms.append(x)
+      return tuple(sorted(terms, key=id)), offset
+
+    def groups(accesses: list, dtype_of) -> list[list]:
+      by_base: dict = {}
+      for a in accesses: by_base.setdefault((a.src[0], dtype_of(a), split(a.src[1])[0]), {})[split(a.src[1])[1]] = a
+      out = []
+      for (_, _, base), at in by_base.items():
+        for off in sorted(at):
+          lanes = [at.get(off + k) for k in range(width)]
+          if any(x is None for x in lanes) or any(x in taken for x in lanes): continue
+          out.append(lanes)
+          taken.update(lanes)
+      return out
+
+    taken: set = set()
+    order = {u: i for i, u in enumerate(program)}
+    loads = [u for u in program if u.op is Ops.LOAD and len(u.src) == 2 and u.dtype in self.vector_load_dtypes]
+    load_groups = {}
+    for lanes in groups(loads, lambda u: u.dtype):
+      first = min(lanes, key=order.get)
+      ordered = [first] + [x for x in lanes if x is not first]
+      for lane, x in enumerate(lanes): load_groups[x] = (ordered, lane)
+    stores = [u for u in program if u.op is Ops.STORE and u.src[2].dtype in self.vector_store_dtypes]
+    store_groups = {}
+    for lanes in groups(stores, lambda u: u.src[2].dtype):
+      if self.store_alignment_lanes > 1:  # the first index must be provably aligned
+        rem = simplify(lanes[0].src[1] % UOp.const(lanes[0].src[1].dtype, self.store_alignment_lanes))
+        if not (rem.op is Ops.CONST and rem.arg == 0): continue
+      # one vector store at the group's first store in the program, with lane 0's index; codegen puts every
+      # store after the values and indices it writes (linearize), so all lanes' operands exist there
+      first = min(lanes, key=order.get)
+      if any(order.get(x.src[k], -1) > order[first] for x in lanes for k in (1, 2)): continue
+      for x in lanes: store_groups[x] = []
+      store_groups[first] = lanes
+    return load_groups, store_groups
 
   def _combine_group(self, reduces: list, accs: dict, size: int, local_decls: list, emit) -> None:
     """Every work-item's partial accumulators into local memory, a tree of barriers combining them, then only
@@ -339,6 +413,18 @@ class OpenCLRenderer(CStyleRenderer):
             "return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n")
     return out
 
+  vector_load_dtypes = (dtypes.float32, dtypes.float16)
+  vector_store_dtypes = (dtypes.float32, dtypes.float16)
+
+  def vector_type(self, dt): return "float4"  # half lanes are float in registers too
+
+  def vector_load(self, dt, ptr, idx):  # vloadn needs only an element-aligned address
+    return f"vload_half4(0, {ptr} + {idx})" if dt == dtypes.float16 else f"vload4(0, {ptr} + {idx})"
+
+  def vector_store(self, dt, ptr, idx, vals):
+    v = f"(float4)({', '.join(vals)})"
+    return f"vstore_half4_rte({v}, 0, {ptr} + {idx})" if dt == dtypes.float16 else f"vstore4({v}, 0, {ptr} + {idx})"
+
   def load_half(self, dt, ptr, idx):
     return f"vload_half({idx}, {ptr})" if dt == dtypes.float16 else f"tu_bf16_to_float({ptr}[{idx}])"
 
@@ -389,6 +475,17 @@ class CUDARenderer(CStyleRenderer):
       out += ("__device__ inline __nv_bfloat16 tu_float_to_bf16(float x) { return __float2bfloat16_rn(x); }\n"
               "__device__ inline float tu_bf16_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }\n")
     return out
+
+  # stores only: an output is torch's allocation (or an arena slot, 64-byte aligned), so an index that is a multiple
+  # of 4 is a 16-byte (float4) / 8-byte (two half2) aligned address; an input may be a view at any offset
+  vector_store_dtypes = (dtypes.float32, dtypes.float16)
+  store_alignment_lanes = 4
+
+  def vector_store(self, dt, ptr, idx, vals):
+    if dt == dtypes.float32: return f"*(float4*)({ptr} + {idx}) = make_float4({', '.join(vals)})"
+    a, b, c, d = vals
+    return (f"((__half2*)({ptr} + {idx}))[0] = __floats2half2_rn({a}, {b}); "
+            f"((__half2*)({ptr} + {idx}))[1] = __floats2half2_rn({c}, {d})")
 
   def load_half(self, dt, ptr, idx):
     return f"__half2float({ptr}[{idx}])" if dt == dtypes.float16 else f"__bfloat162float({ptr}[{idx}])"
