@@ -5,7 +5,8 @@ builds install, or the system's; cuda_fp16.h/cuda_bf16.h from `nvidia-cuda-runti
 no GPU, so CI checks the CUDA renderer's output with it. `CUDAProgram(source, names)` loads the PTX into torch's
 CUDA context (the device's primary context) through the driver API and `launcher(...)` gives a callable taking the
 buffers' device addresses (ints, torch's `data_ptr()`) that launches on `torch.cuda.current_stream()`: the kernels
-are ordered with torch's own work and never synchronize. The driver API is called through ctypes (libcuda, present
+are ordered with torch's own work and never synchronize. At run time NVRTC compiles for the GPU's own architecture
+(CUBIN), so the driver need not understand the PTX version of a newer NVRTC. The driver API is called through ctypes (libcuda, present
 wherever the driver is): pycuda ships only as source and cuda-python is one more package, and the calls are these
 few. PTX is kept in the disk cache (runtime/cache.py) keyed by source, architecture and NVRTC version.
 """
@@ -72,10 +73,12 @@ def nvrtc_version() -> str:
 
 
 def compile_ptx(source: str, arch: str = "compute_80", name: str = "kernels.cu") -> bytes:
-  """PTX for `arch` (a virtual architecture, e.g. compute_90); raises RuntimeError with NVRTC's log on an error."""
+  """PTX for `arch` (a virtual architecture, e.g. compute_90), or with arch "sm_XX" the device code (CUBIN) for
+  that GPU, which needs no PTX JIT in the driver; raises RuntimeError with NVRTC's log on an error."""
   from torch_uop.runtime import cache
+  cubin = arch.startswith("sm_")
   key = cache.key(source, arch, nvrtc_version())
-  ptx = cache.load(key, ".ptx")
+  ptx = cache.load(key, ".cubin" if cubin else ".ptx")
   if ptx is not None: return ptx
   lib = _nvrtc()
   prog = ctypes.c_void_p()
@@ -91,13 +94,14 @@ def compile_ptx(source: str, arch: str = "compute_80", name: str = "kernels.cu")
       lib.nvrtcGetProgramLog(prog, log)
       raise RuntimeError(f"NVRTC: {lib.nvrtcGetErrorString(status).decode()}:\n{log.value.decode(errors='replace')}")
     size = ctypes.c_size_t()
-    _check_nvrtc(lib, lib.nvrtcGetPTXSize(prog, ctypes.byref(size)))
+    get_size, get = (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN) if cubin else (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX)
+    _check_nvrtc(lib, get_size(prog, ctypes.byref(size)))
     buf = ctypes.create_string_buffer(size.value)
-    _check_nvrtc(lib, lib.nvrtcGetPTX(prog, buf))
+    _check_nvrtc(lib, get(prog, buf))
     ptx = buf.raw
   finally:
     lib.nvrtcDestroyProgram(ctypes.byref(prog))
-  cache.store(key, ptx, ".ptx")
+  cache.store(key, ptx, ".cubin" if cubin else ".ptx")
   return ptx
 
 
@@ -139,21 +143,22 @@ def _current_context(device_index: int) -> None:
 
 
 def device_arch(device_index: int) -> str:
+  """The GPU's real architecture (sm_XX): NVRTC makes its device code, so the driver need not JIT newer PTX."""
   import torch
   major, minor = torch.cuda.get_device_capability(device_index)
-  return f"compute_{major}{minor}"
+  return f"sm_{major}{minor}"
 
 
 class CUDAProgram:
   def __init__(self, source: str, names: list[str], device_index: int):
     import torch
     self.source, self.device_index = source, device_index
-    self.ptx = compile_ptx(source, device_arch(device_index))
+    self.image = compile_ptx(source, device_arch(device_index))
     drv = _driver()
     with torch.cuda.device(device_index):
       _current_context(device_index)
       self.module = ctypes.c_void_p()
-      _check(drv.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(self.ptx)), "cuModuleLoadData")
+      _check(drv.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(self.image)), "cuModuleLoadData")
       self.functions = {}
       for n in names:
         fn = ctypes.c_void_p()
@@ -171,7 +176,13 @@ class CUDAProgram:
     def run(*addresses):
       values = (ctypes.c_uint64 * n_args)(*addresses)
       params = (ctypes.c_void_p * n_args)(*[ctypes.addressof(values) + 8 * i for i in range(n_args)])
-      stream = torch.cuda.current_stream(device_index).cuda_stream
-      _check(drv.cuLaunchKernel(fn, ctypes.c_uint(grid), 1, 1, ctypes.c_uint(threads), 1, 1, 0, ctypes.c_void_p(stream),
-                                params, None), f"cuLaunchKernel({name})")
+      stream = ctypes.c_void_p(torch.cuda.current_stream(device_index).cuda_stream)
+      status = drv.cuLaunchKernel(fn, ctypes.c_uint(grid), 1, 1, ctypes.c_uint(threads), 1, 1, 0, stream, params, None)
+      if status == CUDA_ERROR_INVALID_CONTEXT:  # a thread where torch never made its context current
+        _current_context(device_index)
+        status = drv.cuLaunchKernel(fn, ctypes.c_uint(grid), 1, 1, ctypes.c_uint(threads), 1, 1, 0, stream, params, None)
+      _check(status, f"cuLaunchKernel({name})")
     return run
+
+
+CUDA_ERROR_INVALID_CONTEXT = 201
