@@ -107,18 +107,19 @@ class CStyleRenderer:
         x = v[0]
         return f"(fabs({x}) > {self.const(19.5 if dt == dtypes.float64 else 9.5, dt)} ? copysign({self.const(1.0, dt)}, {x}) : {call})"
       return call
-    a, b = v
-    src_dt = u.src[0].dtype
+    c = u.src[1]
+    return self.binary(op, dt, v[0], v[1], c.op is Ops.CONST and not (isinstance(c.arg, float) and math.isnan(c.arg)))
+
+  def binary(self, op: Ops, dt: DType, a: str, b: str, b_not_nan: bool = False) -> str:
+    """A binary op's expression; `dt` is its result's dtype (its operands', but for a comparison)."""
     if op in (Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE):
       return f"({a} {({Ops.CMPLT: '<', Ops.CMPLE: '<=', Ops.CMPEQ: '==', Ops.CMPNE: '!='})[op]} {b})"
     if dt.is_bool:
       if op in (Ops.ADD, Ops.MAX, Ops.OR): return f"({a} || {b})"
       if op in (Ops.MUL, Ops.MIN, Ops.AND): return f"({a} && {b})"
       if op in (Ops.XOR, Ops.CMPNE): return f"({a} != {b})"
-    if op in (Ops.MAX, Ops.MIN):
-      c = u.src[1]
-      return self.max_min(op, dt, a, b, c.op is Ops.CONST and not (isinstance(c.arg, float) and math.isnan(c.arg)))
-    if op is Ops.MOD and src_dt.is_float: return f"{self.math_fn('fmod', dt)}({a}, {b})"
+    if op in (Ops.MAX, Ops.MIN): return self.max_min(op, dt, a, b, b_not_nan)
+    if op is Ops.MOD and dt.is_float: return f"{self.math_fn('fmod', dt)}({a}, {b})"
     sym = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.AND: "&",
            Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}.get(op)
     if sym is None: raise NotImplementedError(f"C renderer: {op} on {dt}")
@@ -128,12 +129,12 @@ class CStyleRenderer:
       return f"(({self.types[dt]})(({u_t}){a} {sym} ({u_t}){b}))"
     return f"({a} {sym} {b})"
 
-  def max_min(self, op: Ops, dt: DType, a: str, b: str, b_const: bool = False) -> str:
+  def max_min(self, op: Ops, dt: DType, a: str, b: str, b_not_nan: bool = False) -> str:
     gt = ">" if op is Ops.MAX else "<"
     if not dt.is_float: return f"(({a} {gt} {b}) ? {a} : {b})"
     # NaN wins, and max(-0, +0) is +0 (min: -0), as eager and LLVM's maximum/minimum
     keep_a_on_tie = f"signbit({a})" if op is Ops.MIN else f"!signbit({a})"
-    b_wins = f"{b} {gt} {a}" if b_const else f"({b} {gt} {a} || {b} != {b})"  # b_const: a constant that is not NaN
+    b_wins = f"{b} {gt} {a}" if b_not_nan else f"({b} {gt} {a} || {b} != {b})"
     return f"(({a} {gt} {b} || {a} != {a}) ? {a} : {b_wins} ? {b} : ({keep_a_on_tie} ? {a} : {b}))"
 
   def reduce_update(self, op: Ops, dt: DType, acc: str, v: str) -> str:
@@ -141,7 +142,7 @@ class CStyleRenderer:
     if dt.is_float and op in (Ops.MAX, Ops.MIN):
       gt = ">" if op is Ops.MAX else "<"
       return f"{acc} = ({v} {gt} {acc} || {v} != {v}) ? {v} : {acc};"
-    return f"{acc} = {self.round_to(dt, self.alu(UOp(op, dt, (UOp.const(dt, 0), UOp.const(dt, 0))), [acc, v]))};"
+    return f"{acc} = {self.round_to(dt, self.binary(op, dt, acc, v))};"
 
   def cast(self, src: DType, dst: DType, x: str) -> str:
     if dst.is_bool: return f"({x} != 0)"
@@ -369,7 +370,7 @@ class CStyleRenderer:
       emit(f"red{k}[lid] = {accs[r]};")
     emit(self.barrier)
     emit(f"for (int s = {size // 2}; s > 0; s >>= 1) {{")
-    emit(f"  if (lid < s) {{")
+    emit("  if (lid < s) {")
     for k, r in enumerate(reduces):
       a, b = f"red{k}[lid]", f"red{k}[lid + s]"
       if r.dtype.is_bool:
