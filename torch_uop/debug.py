@@ -3,7 +3,8 @@
 `compile_graph(fn, *inputs)` traces `fn` to core ATen (the backend's decomposition table) with
 make_fx, without Dynamo or AOTAutograd, and compiles it; the returned `CompiledGraph` has
 `.kernels` (each with `.name`, `.ast` — the kernel UOp graph, print it with
-`torch_uop.core.uop.pretty` — and `.program`, the linear program) and `.sources` (LLVM IR per kernel).
+`torch_uop.core.uop.pretty` — and `.program`, the linear program) and `.sources` (LLVM IR per kernel, or with
+`device="opencl"`/`"cuda"` each kernel's OpenCL C / CUDA C, and `.device_source`, the whole program).
 `capture()` records every graph compiled while it is active, e.g. by `torch.compile(backend="uop")`.
 `profile()` times every kernel and fallback step of every compiled graph called while it is active.
 
@@ -19,8 +20,9 @@ import torch.utils._pytree as pytree
 __all__ = ["compile_graph", "capture", "profile", "format_profile"]
 
 
-def compile_graph(fn, *example_inputs, name: str = "graph", opt_level: int = 3, debug: int = 0):
-  """Trace fn(*example_inputs) to an ATen FX graph and compile it with torch_uop.
+def compile_graph(fn, *example_inputs, name: str = "graph", opt_level: int = 3, debug: int = 0, device: str | None = None):
+  """Trace fn(*example_inputs) to an ATen FX graph and compile it with torch_uop, for `device` ("cpu", "opencl",
+  "cuda"; default: "cuda" for inputs on a CUDA device, else "cpu").
 
   Returns a `CompiledGraph`: call it with tensors of the example inputs' shapes, dtypes and strides;
   it returns the flattened outputs of fn as a list. Kernels are named `{name}_k{i}`. Nodes without a
@@ -30,13 +32,17 @@ def compile_graph(fn, *example_inputs, name: str = "graph", opt_level: int = 3, 
   from torch_uop.dynamo_backend import decomposition_table
   from torch_uop.lowering.graph import lower_graph
   from torch_uop.runtime.executor import CompiledGraph
+  from torch_uop.runtime.devices import Target
   import torch_uop.lowering  # noqa: F401  fills the registry
 
   def flat_fn(*args): return list(pytree.tree_leaves(fn(*args)))
 
   functional = torch.func.functionalize(flat_fn, remove="mutations_and_views")
   gm = make_fx(functional, decomposition_table=decomposition_table(), tracing_mode="fake")(*example_inputs)
-  return CompiledGraph(lower_graph(gm, debug), debug=debug, opt_level=opt_level, name=name)
+  on_cuda = next((t.device for t in example_inputs if isinstance(t, torch.Tensor) and t.is_cuda), None)
+  target = Target(device or ("cuda" if on_cuda is not None else "cpu"), (on_cuda.index or 0) if on_cuda is not None else 0)
+  return CompiledGraph(lower_graph(gm, debug, device=target.torch_device), debug=debug, opt_level=opt_level, name=name,
+                       target=target)
 
 
 @contextlib.contextmanager
