@@ -46,7 +46,7 @@ def source_digest() -> str:
 def _environment(config) -> list[str]:
   from torch_uop.runtime.cpu import target_id, openmp_supported
   return [torch.__version__, source_digest(), *target_id(), f"opt{config.opt_level}", f"beam{config.beam}",
-          f"openmp{openmp_supported()}"]
+          f"openmp{openmp_supported()}", f"device={config.device}"]
 
 
 def _tensor_meta(t) -> str:
