@@ -79,7 +79,7 @@ class OpenCLProgram:
         try:
           with warnings.catch_warnings():  # the compiler's notes on generated code are not the user's business
             warnings.simplefilter("ignore", cl.CompilerWarning)
-            program = cl.Program(ctx, source).build()
+            program = cl.Program(ctx, source).build(options=["-w"])  # -w: no notes on generated code
         except cl.RuntimeError as e:
           raise RuntimeError(f"OpenCL build failed: {e}") from None
         cache.store(key, program.get_info(cl.program_info.BINARIES)[0], ".clbin")
