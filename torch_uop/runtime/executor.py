@@ -12,6 +12,9 @@ with its buffers' addresses, bigger ones through runtime/threads.py, run fallbac
 outputs. Anything else (another layout, a storage offset guard, complex values, the arena in use by
 another thread) takes `_call_general`. Outputs are allocated by torch, never in the arena, with the
 strides eager gives them (AOTAutograd compiles the backward for the saved tensors' eager layouts).
+On a GPU-style target (runtime/devices.py: OpenCL, CUDA) kernels are rendered as C and built into one program
+per graph; each kernel step gets a launcher that knows its buffers' sizes and work-item counts, and a target
+whose launches only enqueue (OpenCL on host memory) is synchronized before every host step and the return.
 """
 from __future__ import annotations
 import hashlib
@@ -406,11 +409,12 @@ class CompiledGraph:
       return None, self._call_general
     env = {"general": self._call_general, "empty": self._allocator(), "launch": threads.launch, "M": _metrics,
            "lock": self._arena_lock}
-    on_device = "is_cuda" if self.target.name == "cuda" else "is_cpu"
     def const(value, prefix: str) -> str:
       name = f"{prefix}{len(env)}"
       env[name] = value
       return name
+    # on the CUDA device the graph was compiled for (not only some CUDA device)
+    on_device = f"device == {const(self.target.torch_device, 'V')}" if self.target.name == "cuda" else "is_cpu"
     lines = ["def run(args):", "  try:"]
     conds = []
     for i, spec in enumerate(self.inputs):
