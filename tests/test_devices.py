@@ -122,3 +122,32 @@ def test_beam_search_on_opencl(tmp_path, monkeypatch):
   m = check_against_eager(lambda a, b, x: (a @ b, x.sum(-1)), torch.randn(128, 128), torch.randn(128, 128),
                           torch.randn(16, 4096), options={"device": "opencl", "beam": 2}, rtol=1e-4, atol=1e-3)
   assert m["kernels_searched"] == 2
+
+
+SPECIAL_CASES = {
+  # data-dependent loops (LT.loop: loop-carried state and an early exit)
+  "gcd": (lambda a, b: torch.gcd(a, b), lambda: (torch.randint(-50, 50, (64,)), torch.randint(-50, 50, (64,)))),
+  "bessel_j0": (lambda x: torch.special.bessel_j0(x), lambda: (torch.randn(64) * 10,)),
+  "chebyshev": (lambda x, n: torch.special.chebyshev_polynomial_t(x, n), lambda: (torch.rand(32), torch.randint(0, 9, (32,)))),
+  "digamma": (lambda x: torch.digamma(x), lambda: (torch.rand(64) * 5 + 0.1,)),
+  # scans, ranks, gathers, scatters
+  "cumsum_sort": (lambda x: (x.cumsum(-1), x.sort(-1).values, x.topk(3, -1).indices), lambda: (torch.randn(8, 50),)),
+  "index_put": (lambda x, i, v: x.index_put((i,), v, accumulate=True), lambda: (torch.randn(10, 4), torch.tensor([1, 3, 1]), torch.randn(3, 4))),
+  # complex values and LAPACK-style kernels
+  "fft": (lambda x: torch.fft.rfft(x).abs(), lambda: (torch.randn(4, 32),)),
+  "solve": (lambda a, b: torch.linalg.solve(a, b), lambda: (torch.randn(5, 5) + 5 * torch.eye(5), torch.randn(5, 2))),
+  "bool_int8": (lambda x: ((x > 0).sum(-1).to(torch.int8) * 3, (x.to(torch.int16) >> 1), x.amax(-1).to(torch.uint8)),
+                lambda: (torch.randn(6, 40) * 9,)),
+}
+
+
+@needs_opencl
+@pytest.mark.parametrize("case", list(SPECIAL_CASES))
+def test_special_kernels_on_opencl_and_as_cuda(case):
+  """Loops with early exits, scans, scatters, complex and LAPACK kernels: they match eager on OpenCL, and their
+  CUDA rendering compiles to PTX."""
+  fn, inputs = SPECIAL_CASES[case]
+  with torch_uop.debug.capture() as graphs:
+    check_against_eager(fn, *inputs(), options=OPENCL, rtol=1e-4, atol=1e-4)
+  assert graphs and any(g.kernels for g in graphs)
+  if nvrtc_missing() is None: check_cuda_source(graphs)
