@@ -143,11 +143,9 @@ GROUP_MAX_OUTPUTS = 16384  # ... with fewer outputs than the device runs work-it
                            # grouped: one work-item per output would leave the device idle
 
 
-def _contiguous_upcast(out_shape: tuple, nodes: list, parallelism: int) -> KernelOpts:
+def _contiguous_upcast(out_shape: tuple, nodes: list, outputs: int, parallelism: int) -> KernelOpts:
   """An elementwise kernel with work enough for the whole device several times over: GPU_UPCAST consecutive
   outputs per work-item along an axis the stores walk contiguously (the renderer makes vector loads and stores)."""
-  outputs = 1
-  for s in out_shape: outputs *= hint(s)
   if outputs < GPU_UPCAST * parallelism: return KernelOpts()
   ranges = [n for n in nodes if n.op is Ops.RANGE]
   stores = [n for n in nodes if n.op is Ops.STORE]
@@ -164,11 +162,11 @@ def gpu_opts(out_shape: tuple, plain_ast: UOp, max_group: int = GROUP_SIZE, para
   sizes (any size works: the loop is strided)."""
   nodes = plain_ast.toposort()
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
-  if not reduces: return _contiguous_upcast(out_shape, nodes, parallelism)
-  reduce_size = 1
-  for r in reduces[0].src[1:]: reduce_size *= _trip_count(r)
   outputs = 1
   for s in out_shape: outputs *= hint(s)
+  if not reduces: return _contiguous_upcast(out_shape, nodes, outputs, parallelism)
+  reduce_size = 1
+  for r in reduces[0].src[1:]: reduce_size *= _trip_count(r)
   group = 1 << (min(GROUP_SIZE, max_group).bit_length() - 1)  # a power of two within the device's limit
   if group >= 2 and reduce_size >= GROUP_MIN_REDUCE and outputs < min(parallelism, GROUP_MAX_OUTPUTS):
     return KernelOpts(group=group)

@@ -173,7 +173,7 @@ class _Bench:
     k = build_kernel(self.item, "tune", opts, "gpu")
     renderer = target.renderer()
     prog = target.program(renderer.program_source([renderer.render_kernel(k.name, k.program, k.buffers, k.local_size)]), [k.name])
-    run = target.launcher(prog, k.name, [_nbytes(self.item.buffers[s]) for s in k.buffers], launch_items(k.program), k.local_size)
+    run = prog.launcher(k.name, [_nbytes(self.item.buffers[s]) for s in k.buffers], launch_items(k.program), k.local_size)
     ptrs = [self.buffers[s].data_ptr() for s in k.buffers]
     wait = getattr(prog, "synchronize", None) or (lambda: torch.cuda.synchronize(target.torch_device))
     def launch():
@@ -293,7 +293,7 @@ def _beam_search(item, width: int, opt_level: int, debug: int, name: str, target
   shape = item.root.shape
   reduces = any(n.op is Ops.REDUCE for n in plain.toposort())
   if gpu:
-    max_group = min(256, target.max_local_size())
+    max_group = target.max_group()
     heuristic = gpu_opts(shape, plain, max_group, target.parallelism())
     step = lambda o: gpu_neighbours(o, shape, reduces, max_group)
   else:

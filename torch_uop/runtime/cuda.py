@@ -152,7 +152,7 @@ def device_arch(device_index: int) -> str:
 class CUDAProgram:
   def __init__(self, source: str, names: list[str], device_index: int):
     import torch
-    self.source, self.device_index = source, device_index
+    self.device_index = device_index
     self.image = compile_ptx(source, device_arch(device_index))
     drv = _driver()
     with torch.cuda.device(device_index):
@@ -165,11 +165,13 @@ class CUDAProgram:
         _check(drv.cuModuleGetFunction(ctypes.byref(fn), self.module, n.encode()), f"cuModuleGetFunction({n})")
         self.functions[n] = fn
 
-  def launcher(self, name: str, nbytes: list[int], items: int, local_size: int, block: int):
+  def launcher(self, name: str, nbytes: list[int], items: int, local_size: int):
     """`run(*addresses)`: the kernel over `items` output positions (blocks of `local_size` threads, one per output,
-    when grouped; else `block` threads per block, one per output) on torch's current stream."""
+    when grouped; else the renderer's BLOCK threads per block, one per output) on torch's current stream."""
     import torch
+    from torch_uop.core.renderer.cstyle import CUDARenderer
     drv, fn, device_index = _driver(), self.functions[name], self.device_index
+    block = CUDARenderer.BLOCK
     grid, threads = (items, local_size) if local_size else (-(-items // block), block)
     n_args = len(nbytes)
 

@@ -35,6 +35,11 @@ class Target:
       return device_limits()["max_local_size"]
     return 1024
 
+  def max_group(self) -> int:
+    """The most work-items a grouped reduction uses here: core/opt.py's GROUP_SIZE within the device's limit."""
+    from torch_uop.core.opt import GROUP_SIZE
+    return min(GROUP_SIZE, self.max_local_size())
+
   def describe(self) -> str:
     """The device in words (what tuning results depend on)."""
     if self.name == "opencl":
@@ -67,11 +72,6 @@ class Target:
     from torch_uop.runtime.cuda import CUDAProgram
     return CUDAProgram(source, names, self.device_index)
 
-  def launcher(self, program, name: str, nbytes: list[int], items: int, local_size: int):
-    if self.name == "cuda":
-      from torch_uop.core.renderer.cstyle import CUDARenderer
-      return program.launcher(name, nbytes, items, local_size, CUDARenderer.BLOCK)
-    return program.launcher(name, nbytes, items, local_size)
 
 
 CPU = Target("cpu")

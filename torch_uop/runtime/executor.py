@@ -35,7 +35,6 @@ from torch_uop.core.codegen import build_kernel
 from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_llvm
 from torch_uop.core.renderer.cstyle import launch_items
-from torch_uop.core.opt import GROUP_SIZE
 from torch_uop.runtime.devices import Target, CPU
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
 from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported, parallel_entry_ir, openmp_supported, \
@@ -178,7 +177,7 @@ class CompiledGraph:
                  if isinstance(item, KernelItem)}
     # a big graph compiles its LLVM modules side by side: the helper processes start now, loading while codegen runs
     if not gpu and sum(isinstance(item, KernelItem) for item in sched.items) >= 8: compile_workers().start()
-    max_group, parallelism = (min(GROUP_SIZE, target.max_local_size()), target.parallelism()) if gpu else (0, 0)
+    max_group, parallelism = (target.max_group(), target.parallelism()) if gpu else (0, 0)
     with _Timer("codegen"):
       for i, item in enumerate(sched.items):
         if isinstance(item, KernelItem):
@@ -325,7 +324,7 @@ class CompiledGraph:
     target = self.target
     for kind, step in plan.steps:
       if kind == "kernel" and target.kind == "gpu":  # one launcher per step: it knows its buffers' sizes
-        run = target.launcher(program, step.name, [_nbytes(plan.buffers[s]) for s in step.slots], step.items, step.local_size)
+        run = program.launcher(step.name, [_nbytes(plan.buffers[s]) for s in step.slots], step.items, step.local_size)
         self.steps.append((kind, (run, step.slots, step.out_slot, step.shape, step.strides, step.dtype, step.empty, 0, 1,
                                   run, None, False)))
       elif kind == "kernel":

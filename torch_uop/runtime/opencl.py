@@ -59,27 +59,19 @@ class OpenCLProgram:
   def __init__(self, source: str, names: list[str]):
     import pyopencl as cl
     from torch_uop.runtime import cache
-    self.source = source
     ctx, self.queue, dev = opencl_device()
     self.device = device_state()
-    self.mode = self.device.mode
     self.pending: list = []  # buffers of kernels launched since the last synchronize()
     key = cache.key(source, dev.platform.name, dev.name, dev.driver_version)
     binary = cache.load(key, ".clbin")
-    self.from_cache = binary is not None
     with _lock:
       program = None
       if binary is not None:
-        try:
-          with warnings.catch_warnings():
-            warnings.simplefilter("ignore", cl.CompilerWarning)
-            program = cl.Program(ctx, [dev], [binary]).build()
+        try: program = _build(cl.Program(ctx, [dev], [binary]))
         except cl.Error: program = None
       if program is None:
         try:
-          with warnings.catch_warnings():  # the compiler's notes on generated code are not the user's business
-            warnings.simplefilter("ignore", cl.CompilerWarning)
-            program = cl.Program(ctx, source).build(options=["-w"])  # -w: no notes on generated code
+          program = _build(cl.Program(ctx, source))
         except cl.RuntimeError as e:
           raise RuntimeError(f"OpenCL build failed: {e}") from None
         cache.store(key, program.get_info(cl.program_info.BINARIES)[0], ".clbin")
@@ -92,7 +84,8 @@ class OpenCLProgram:
     writes host memory in place, the launch is only enqueued (the queue keeps kernels in order): the host calls
     `synchronize()` before it reads or writes any buffer (a fallback step, the graph's return)."""
     import pyopencl as cl
-    kernel, queue, mode, pending, device = self.kernels[name], self.queue, self.mode, self.pending, self.device
+    kernel, queue, pending, device = self.kernels[name], self.queue, self.pending, self.device
+    mode = device.mode
     ctx = queue.context
     flags = cl.mem_flags.READ_WRITE | (cl.mem_flags.COPY_HOST_PTR if mode == "copy" else cl.mem_flags.USE_HOST_PTR)
     gsize, lsize = ((items * local_size,), (local_size,)) if local_size else ((items,), None)
@@ -114,7 +107,7 @@ class OpenCLProgram:
     """Wait for every launched kernel; where the device does not write host memory in place, map the outputs."""
     if not self.pending: return
     self.queue.finish()
-    if self.mode == "map":
+    if self.device.mode == "map":
       import pyopencl as cl
       for bufs in self.pending:
         if bufs[0] is self.device.dummy: continue
@@ -126,6 +119,15 @@ class OpenCLProgram:
 
 
 def _host(addr: int, n: int): return (ctypes.c_char * n).from_address(addr)
+
+
+def _build(program):
+  """program.build(), quietly: the compiler's notes on generated code are not the user's business (-w, and
+  pyopencl's CompilerWarning for what a driver prints anyway)."""
+  import pyopencl as cl
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", cl.CompilerWarning)
+    return program.build(options=["-w"])
 
 
 class _DeviceState:
@@ -148,9 +150,7 @@ def _writes_in_place(ctx, queue) -> bool:
   import numpy as np
   host = np.zeros(1024, dtype=np.float32)  # 4 KiB, aligned as torch's allocations are
   buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=host)
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", cl.CompilerWarning)
-    prg = cl.Program(ctx, "__kernel void probe(__global float* x) { x[get_global_id(0)] = 7.0f; }").build()
+  prg = _build(cl.Program(ctx, "__kernel void probe(__global float* x) { x[get_global_id(0)] = 7.0f; }"))
   k = cl.Kernel(prg, "probe")
   k.set_args(buf)
   cl.enqueue_nd_range_kernel(queue, k, (1024,), None)

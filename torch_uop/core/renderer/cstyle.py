@@ -16,6 +16,7 @@ It does not compile or run anything.
 """
 from __future__ import annotations
 import math
+import struct
 from torch_uop.core.uop import UOp, Ops
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.codegen import reduce_identity
@@ -62,7 +63,7 @@ class CStyleRenderer:
 
   # ----------------------------------------------------------------- shared
   def reg_type(self, dt: DType) -> str: return "float" if dt in HALF_TYPES else self.types[dt]
-  def mem_type(self, dt: DType) -> str: return self.types[dt]
+  def mem_type(self, dt: DType) -> str: return self.byte_type if dt.is_bool else self.types[dt]
   def local_type(self, dt: DType) -> str: return "int" if dt.is_bool else self.reg_type(dt)
 
   def const(self, v, dt: DType) -> str:
@@ -78,7 +79,6 @@ class CStyleRenderer:
     double = dt == dtypes.float64
     if not math.isfinite(v): return self.special_float(v, double)
     if not double:
-      import struct
       v = struct.unpack("f", struct.pack("f", v))[0]  # a float32 constant holds the float32 value
     return f"{v.hex()}" + ("" if double else "f")
 
@@ -224,8 +224,7 @@ class CStyleRenderer:
       if op is Ops.DEFINE_GLOBAL:
         i = arg_of[u.arg]
         used.add(u.dtype)
-        mem = self.byte_type if u.dtype.is_bool else self.mem_type(u.dtype)
-        params[i] = f"{self.buffer_qualifier}{mem}* {self.restrict} b{i}"
+        params[i] = f"{self.buffer_qualifier}{self.mem_type(u.dtype)}* {self.restrict} b{i}"
         names[u] = f"b{i}"
       elif op is Ops.DEFINE_VAR:
         n = f"v{u.arg[3]}"
@@ -296,7 +295,6 @@ class CStyleRenderer:
         expr = self.alu(u, [val(s) for s in u.src])
         if u.dtype in HALF_TYPES and op not in (Ops.CAST, Ops.BITCAST, Ops.WHERE): expr = self.round_to(u.dtype, expr)
         define(u, expr)
-    prologue()  # a kernel with no loops and no loads
     body = "\n".join(lines)
     # a buffer the kernel does not read (simplified away) is still an argument: launchers pass every buffer
     args = ", ".join(params.get(i, f"{self.buffer_qualifier}{self.byte_type}* b{i}") for i in range(len(buffer_slots)))
@@ -330,7 +328,9 @@ class CStyleRenderer:
 
     def groups(accesses: list, dtype_of) -> list[list]:
       by_base: dict = {}
-      for a in accesses: by_base.setdefault((a.src[0], dtype_of(a), split(a.src[1])[0]), {})[split(a.src[1])[1]] = a
+      for a in accesses:
+        terms, offset = split(a.src[1])
+        by_base.setdefault((a.src[0], dtype_of(a), terms), {})[offset] = a
       out = []
       for (_, _, base), at in by_base.items():
         for off in sorted(at):
@@ -372,11 +372,7 @@ class CStyleRenderer:
     emit(f"for (int s = {size // 2}; s > 0; s >>= 1) {{")
     emit("  if (lid < s) {")
     for k, r in enumerate(reduces):
-      a, b = f"red{k}[lid]", f"red{k}[lid + s]"
-      if r.dtype.is_bool:
-        emit(f"    {a} = {a} {'||' if r.arg in (Ops.ADD, Ops.MAX) else '&&'} {b};")
-      else:
-        emit("    " + self.reduce_update(r.arg, r.dtype, a, b))
+      emit("    " + self.reduce_update(r.arg, r.dtype, f"red{k}[lid]", f"red{k}[lid + s]"))  # (bools held as int)
     emit("  }")
     emit(f"  {self.barrier}")
     emit("}")
@@ -502,4 +498,4 @@ class CUDARenderer(CStyleRenderer):
     return f"tu_bitcast<{self.types[dst]}>({x})"
 
 
-RENDERERS = {"opencl": OpenCLRenderer, "cuda": CUDARenderer}
+RENDERERS = {r.name: r for r in (OpenCLRenderer, CUDARenderer)}
