@@ -13,6 +13,7 @@ import torch
 from torch_uop.core.uop import Ops
 from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.lowering.tensor import LT, compute_dtype
+from torch_uop.core.sym import is_sym
 
 aten = torch.ops.aten
 
@@ -59,6 +60,10 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   n, c, *sp = x.shape
   o, cg, *k = w.shape
   acc = compute_dtype(x.dtype)
+  stride, padding, dilation = (tuple(v) * (nd if len(v) == 1 else 1) for v in (stride, padding, dilation))
+  if nd == 2 and not any(map(is_sym, x.shape)):
+    out = _conv2d_over_rows(x.cast(acc), w.cast(acc), stride, padding, dilation, groups)
+    if out is not None: return out
   x = _padded(x.cast(acc), padding)
   sp_pad = x.shape[2:]
   out_sp = tuple((s - d * (kk - 1) - 1) // st + 1 for s, d, kk, st in zip(sp_pad, dilation, k, stride))
@@ -71,6 +76,66 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   prod_ = win.expand(full) * wv.expand(full)
   axes = (3, *range(4 + nd, 4 + 2 * nd))
   return prod_.sum(axes, keepdim=False).reshape((n, o, *out_sp))
+
+
+ROW_CONV_MIN_CHANNELS = 8  # input channels per group below which a convolution stays a direct window reduction
+ROW_VECTOR = 16  # the vector width the row-major convolution rounds its flattened output up to
+
+
+def _conv2d_over_rows(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> LT | None:
+  """A 2-D convolution as a stride-1 one over padded rows (_row_major_conv), or None where that does not fit.
+  A strided convolution becomes a stride-1 one first: a 1x1 kernel reads every s-th pixel; a larger one reads the
+  input split into its s*s phases (space to depth: channel (c, py, px) is pixel (s*i + py, s*j + px) of channel c)
+  with the kernel split the same way (ky = s*a + py, zero where that is past the kernel's edge)."""
+  n, c, h, wd = x.shape
+  o, cg, kh, kw = w.shape
+  out_h = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+  out_w = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+  if stride != (1, 1):
+    if dilation != (1, 1): return None
+    (sh, sw), (ph, pw) = stride, padding
+    x = x.pad([(0, 0), (0, 0), (ph, ph), (pw, pw)])
+    if (kh, kw) == (1, 1): x = x.slice(2, 0, x.shape[2], sh).slice(3, 0, x.shape[3], sw)
+    else:
+      ah, aw = -(-kh // sh), -(-kw // sw)                       # the kernel's extent in each phase plane
+      hq, wq = max(-(-x.shape[2] // sh), out_h + ah - 1), max(-(-x.shape[3] // sw), out_w + aw - 1)
+      # padded into a buffer of its own, so the phase view is one strided window (a split of a padded view's dims
+      # would index it with divisions)
+      x = x.pad([(0, 0), (0, 0), (0, hq * sh - x.shape[2]), (0, wq * sw - x.shape[3])]).contiguous()
+      hw, wd = hq * sh * wq * sw, wq * sw
+      x = x.as_strided((n, c, sh, sw, hq, wq), (c * hw, hw, wd, 1, sh * wd, sw)).reshape((n, c * sh * sw, hq, wq))
+      w = w.pad([(0, 0), (0, 0), (0, ah * sh - kh), (0, aw * sw - kw)]).reshape((o, cg, ah, sh, aw, sw))
+      w = w.permute((0, 1, 3, 5, 2, 4)).reshape((o, cg * sh * sw, ah, aw)).contiguous()
+    padding = (0, 0)
+  if x.shape[1] // groups < ROW_CONV_MIN_CHANNELS: return None
+  out = _row_major_conv(x, w, padding, dilation, groups)
+  if out is None or out.shape[2] < out_h or out.shape[3] < out_w: return None
+  return out.shrink([(0, n), (0, o), (0, out_h), (0, out_w)])
+
+
+def _row_major_conv(x: LT, w: LT, padding, dilation, groups: int) -> LT | None:
+  """A stride-1 2-D convolution computed over padded rows: output position q = y * Wp + x (Wp the padded input
+  width) reads the padded input at q + ky*dh*Wp + kx*dw, so along q every load is contiguous and the kernel is a
+  GEMM with a SIMD axis over pixels (x @ w form: weights broadcast, 8 output channels per register tile). The
+  Wp - OW columns past each row's end are computed and dropped (the result is read through a strided view), and q
+  is rounded up to a multiple of ROW_VECTOR over zero rows below the padded input. Both the padded input and the
+  result are plain 4-D buffers, so neither the copy in nor the reads out need a division."""
+  n, c, h, wd = x.shape
+  o, cg, kh, kw = w.shape
+  (ph, pw), (dh, dw) = padding, dilation
+  hp, wp = h + 2 * ph, wd + 2 * pw
+  oh, ow = hp - dh * (kh - 1), wp - dw * (kw - 1)
+  if oh <= 0 or ow <= 0: return None
+  q = -(-oh * wp // ROW_VECTOR) * ROW_VECTOR
+  reach = (kh - 1) * dh * wp + (kw - 1) * dw      # how far past q a window reads
+  rows = max(hp, -(-(q + reach) // wp))           # padded rows, with zero rows below for the last vector
+  xp = x.pad([(0, 0), (0, 0), (ph, ph + rows - hp), (pw, pw)]).contiguous()
+  plane, og = rows * wp, o // groups
+  win = xp.as_strided((n, groups, 1, cg, q, kh, kw), (c * plane, cg * plane, 0, plane, 1, dh * wp, dw))
+  wv = w.reshape((1, groups, og, cg, 1, kh, kw))
+  full = (n, groups, og, cg, q, kh, kw)
+  out = (win.expand(full) * wv.expand(full)).sum((3, 5, 6), keepdim=False)   # [n, groups, og, q]
+  return out.as_strided((n, o, oh, ow), (o * q, q, wp, 1))
 
 
 def _padded(x: LT, padding) -> LT:

@@ -66,15 +66,17 @@ def max_pool2d_with_indices(ctx, x, kernel, stride=(), padding=(0,), dilation=(1
   need = [(o - 1) * st + d * (k - 1) + 1 for o, st, d, k in zip((oh, ow), stride, dilation, kernel)]
   pads = [(0, 0), (0, 0)] + [(p, max(0, nd_ - s - p)) for p, nd_, s in zip(padding, need, (h, w))]
   xp = x.pad(pads, low)
+  # the padded input in a buffer of its own: a window over a padded view would index it with divisions and masks
+  if xp is not x: xp = xp.contiguous()
   hp, wp = xp.shape[2:]
   kh, kw = kernel
   win = xp.as_strided((n, c, oh, ow, kh, kw), (c * hp * wp, hp * wp, stride[0] * wp, stride[1], dilation[0] * wp, dilation[1]))
-  win = win.reshape((n, c, oh, ow, kh * kw))
-  m = win.reduce(Ops.MAX, (4,), True)
+  # reduced over (kh, kw) as two loops: merged into one, the window's index would need a division by kw
+  m = win.reduce(Ops.MAX, (4, 5), True)
   hit = win.eq(m)
   if x.dtype.is_float: hit = hit | (win.isnan() & m.isnan())
-  k_iota = LT.iota(kh * kw).reshape((1, 1, 1, 1, kh * kw)).broadcast_to(win.shape)
-  k = hit.where(k_iota, k_iota.const_like(kh * kw)).reduce(Ops.MIN, (4,), False)   # [n, c, oh, ow]
+  k_iota = LT.iota(kh * kw).reshape((1, 1, 1, 1, kh, kw)).broadcast_to(win.shape)
+  k = hit.where(k_iota, k_iota.const_like(kh * kw)).reduce(Ops.MIN, (4, 5), False)   # [n, c, oh, ow]
   ki, kj = k.alu(Ops.IDIV, kw), k.alu(Ops.MOD, kw)
   rows = LT.iota(oh).reshape((1, 1, oh, 1)).broadcast_to(k.shape)
   cols = LT.iota(ow).reshape((1, 1, 1, ow)).broadcast_to(k.shape)
