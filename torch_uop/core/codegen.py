@@ -150,6 +150,19 @@ def _strided(idxs, strides) -> UOp:
   return flat
 
 
+def upcast_trips(size, factor: int):
+  """Iterations of an output loop upcast by `factor`: one more for a partial last tile when factor does not divide
+  size (only a constant size: opt.py upcasts a symbolic one only by a factor it divides, under a guard)."""
+  return size // factor if isinstance(size, Sym) or size % factor == 0 else -(-size // factor)
+
+
+def _upcast_index(r: UOp, factor: int, offset: int, size) -> UOp:
+  """Position `offset` of tile r. In a partial last tile the positions past the end repeat the last one (clamped):
+  they load valid data and store the same value to the same place again, with no mask in the loop body."""
+  idx = r * _c(factor) + _c(offset)
+  return idx if upcast_trips(size, factor) * factor == size else idx.minimum(_c(size - 1))
+
+
 def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
   """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position."""
   ev = _Evaluator(item, opts)
@@ -157,13 +170,12 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
   out_shape = root.shape
   loops = []
   for d, s in enumerate(out_shape):
-    f = opts.factor(d)
     kind = "split" if d == opts.split_axis else "global"
-    loops.append(None if s == 1 else UOp(Ops.RANGE, IDX, (_c(s // f),), (d, kind)))
+    loops.append(None if s == 1 else UOp(Ops.RANGE, IDX, (_c(upcast_trips(s, opts.factor(d))),), (d, kind)))
   out_buf = ev.buf(item.out_slot, root.dtype)
   stores = []
   for offsets in itertools.product(*[range(opts.factor(d)) for d in range(len(out_shape))]):
-    idxs = tuple(_c(0) if r is None else r if opts.factor(d) == 1 else r * _c(opts.factor(d)) + _c(o)
+    idxs = tuple(_c(0) if r is None else r if opts.factor(d) == 1 else _upcast_index(r, opts.factor(d), o, out_shape[d])
                  for d, (r, o) in enumerate(zip(loops, offsets)))
     value = ev.eval(root, idxs, UOp.const(dtypes.bool, True))
     # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same

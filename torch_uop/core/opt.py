@@ -14,7 +14,8 @@
 `heuristic_opts(item, plain_ast)` picks them for the CPU; `gpu_opts` for OpenCL and CUDA devices, where every
 output position is its own work-item (no upcast, no thread split) and long reductions with few outputs are grouped.
 `heuristic_opts` picks them from the kernel as first built: upcast the (at most two)
-output axes along which some load is invariant, when the kernel reduces. It reads shapes and index
+output axes along which some load is invariant, when the kernel reduces (a register-blocking factor need not
+divide a constant axis: the last tile is then partial, its extra positions clamped). It reads shapes and index
 expressions only; it never runs anything. With symbolic sizes (core/sym.py) it reads the first call's
 sizes where it only estimates; an upcast needs a factor that divides its axis for every size the graph
 serves, so a symbolic axis is only the SIMD axis, under a guard (codegen's _divided_variables).
@@ -79,6 +80,20 @@ def _guard_divisible(size, factor: int, used_vars: set) -> bool:
   return True
 
 
+MAX_TAIL_WASTE = 1.15  # a register tile that does not divide its axis may compute this much more than the axis holds
+
+
+def _block_factor(size: int, preferred: int) -> int:
+  """The register-blocking factor for a constant axis: the largest one from `preferred` down to half of it that
+  divides the axis, else `preferred` itself with a partial last tile (codegen clamps its extra positions) when
+  that wastes little; 0 for an axis too short to block."""
+  if size < preferred: return 0
+  for f in range(preferred, preferred // 2 - 1, -1):
+    if f >= 2 and size % f == 0: return f
+  if -(-size // preferred) * preferred <= size * MAX_TAIL_WASTE: return preferred
+  return 0
+
+
 def _depends_on(u: UOp, r: UOp, cache: dict) -> bool:
   key = (u, r)
   if key not in cache: cache[key] = u is r or any(_depends_on(s, r, cache) for s in u.src)
@@ -124,9 +139,8 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
       # would split into several compiles
       if is_sym(size): continue
       # next to a SIMD axis, a taller tile (8 rows of one vector each) keeps more accumulators in registers
-      factor = VECTOR_BLOCK_FACTOR if vector_axis is not None and _divisible(size, VECTOR_BLOCK_FACTOR, used_vars) \
-          else UPCAST_FACTOR
-      if axis == vector_axis or hint(size) < factor or not _divisible(size, factor, used_vars): continue
+      factor = _block_factor(size, VECTOR_BLOCK_FACTOR if vector_axis is not None else UPCAST_FACTOR)
+      if axis == vector_axis or not factor: continue
       if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and any(_depends_on(ld.src[1], r, cache) for ld in loads) \
          and _guard_divisible(size, factor, used_vars):
         upcast.append((axis, factor))

@@ -151,7 +151,11 @@ class CompiledGraph:
     outputs = []
     strides_of = lowered.output_strides or [None] * len(lowered.outputs)
     for (kind, v), want in zip(lowered.outputs, strides_of):
+      shape = v.shape if kind == "tensor" else None
       if kind == "tensor":
+        # a contiguous reshape of a computed node is that node's buffer, handed out as a view: no copy kernel
+        if (base := _reshaped_from(v.uop)) is not None and (want is None or _same_strides(shape, want, contiguous_strides(shape))):
+          v, want = LT(base), None
         if v.uop.op is Ops.BUFFER and (not v.uop.src or (want is not None and not _same_strides(v.shape, want, contiguous_strides(v.shape)))):
           v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))  # never hand out a graph input; give a fallback result its layout
         # an output computed by a kernel is written in its eager layout; two outputs that are one node but
@@ -159,7 +163,7 @@ class CompiledGraph:
         while v.uop in root_strides and want is not None and not _same_strides(v.shape, want, root_strides[v.uop] or want):
           v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))
         if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = want
-      outputs.append((kind, v))
+      outputs.append((kind, v, shape))
     with _Timer("schedule"):
       sched = schedule(roots, first_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None})
     if vars_slot is not None:
@@ -245,8 +249,8 @@ class CompiledGraph:
         steps.append(("fallback", FallbackStep(item.node.arg, [src.shape for src in item.node.src], item.in_slots, item.out_slots)))
     self.n_fallbacks = sum(1 for s in steps if s[0] == "fallback")
     outputs_plan = []
-    for kind, v in outputs:
-      outputs_plan.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, v.shape if kind == "tensor" else None))
+    for kind, v, shape in outputs:
+      outputs_plan.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, shape))
     # complex outputs are computed as their view_as_real and handed out through view_as_complex
     complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and outputs_plan[i][0] == "tensor"}
     self._template = (steps, outputs_plan, complex_outputs, signatures, program.object_code if program and not gpu else None)
@@ -633,6 +637,13 @@ def _concrete_fields(obj, values: dict):
     op = obj.op
     changes["op"] = dataclasses.replace(op, args=concrete(op.args, values), kwargs=concrete(op.kwargs, values))
   return dataclasses.replace(obj, **changes)
+
+
+def _reshaped_from(u: UOp) -> UOp | None:
+  """The computed node that `u` is a plain contiguous reshape of (same elements in the same order), else None."""
+  if u.op is not Ops.VIEW or not u.arg.is_contiguous: return None
+  base = u.src[0]
+  return None if base.op in (Ops.BUFFER, Ops.CONST) or base.dtype != u.dtype else base
 
 
 def _same_strides(shape: tuple, a: tuple, b: tuple) -> bool:
