@@ -84,6 +84,48 @@ def _recompute_cost(node: UOp, realized: set) -> int:
 MAX_BROADCAST_RECOMPUTE = 8
 
 
+# an elementwise expression that k kernels would each recompute is realized once when (k - 1) times its cost is
+# above this (a load weighs 2, a libm-style function 8, other ops 1): e.g. a max-pool's backward read by three kernels
+MAX_SHARED_RECOMPUTE = 24
+
+
+def _region(root: UOp, realized: set) -> set:
+  """The unrealized nodes one kernel computes (its root's expression up to realized nodes and buffers)."""
+  out, stack = set(), list(root.src)
+  while stack:
+    n = stack.pop()
+    if n in out or n in realized or _is_buffer(n) or n.op in (Ops.CONST, Ops.IOTA): continue
+    out.add(n)
+    stack.extend(n.src)
+  return out
+
+
+def _expression_cost(node: UOp, realized: set) -> int:
+  cost, stack, seen = 0, [node], set()
+  while stack:
+    n = stack.pop()
+    if n in seen: continue
+    seen.add(n)
+    if n in realized or _is_buffer(n): cost += 2; continue
+    if n.op in (Ops.CONST, Ops.IOTA, Ops.REDUCE_AXIS): continue
+    cost += 8 if n.op is Ops.MATH else 1 if n.op in ELEMENTWISE or n.op is Ops.GATHER else 0
+    stack.extend(n.src)
+  return cost
+
+
+def _shared_expressions(roots: list, realized: set) -> set:
+  """Elementwise expressions that several kernels would recompute and that cost more than a trip through memory
+  (only the outermost such: what lies inside one is computed in its kernel)."""
+  readers: dict = {}
+  for r in roots:
+    for n in _region(r, realized): readers[n] = readers.get(n, 0) + 1
+  costly = {n for n, k in readers.items() if k > 1 and (n.op in ELEMENTWISE or n.op is Ops.GATHER) and n.op is not Ops.CAST
+            and not n.dtype.is_bool and (k - 1) * _expression_cost(n, realized) > MAX_SHARED_RECOMPUTE}
+  inner = set()
+  for n in costly: inner |= _region(n, realized) & costly
+  return costly - inner
+
+
 def _kernel_reduces(root: UOp, realized: set) -> tuple[list, set]:
   """Walk one kernel's region. Returns the reductions it would fuse and those that must be realized."""
   fused, must_realize = [], set()
@@ -143,6 +185,7 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
       for f in fused:
         if f is not r: reach_count[f] = reach_count.get(f, 0) + 1
     new |= {f for f, c in reach_count.items() if c > 1}
+    if not new: new = _shared_expressions([n for n in nodes if n in realized], realized)
     new -= realized
     if not new: break
     realized |= new

@@ -79,6 +79,8 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
 
 
 ROW_CONV_MIN_CHANNELS = 8  # input channels per group below which a convolution stays a direct window reduction
+WGRAD_GEMM_MIN_ROWS = 8    # a weight gradient is a GEMM over im2col rows from this many output channels per group ...
+WGRAD_GEMM_MIN_TAPS = 32   # ... and this many taps (input channels per group x kernel size)
 ROW_VECTOR = 16  # the vector width the row-major convolution rounds its flattened output up to
 
 
@@ -188,9 +190,9 @@ def convolution(ctx, x, w, bias, stride, padding, dilation, transposed, output_p
 def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, groups: int) -> LT:
   """d(conv(x, w))/dw for the output gradient g: the window view of x times g, summed over batch and
   output positions. x [N, C, *sp], g [N, O, *out] -> [O, C/groups, *kernel] in the accumulation dtype.
-  With at least ROW_CONV_MIN_CHANNELS input channels per group the windows are first written out as rows (im2col:
-  [N, G, pixels, Cg * kernel]), so the reduction over pixels is a GEMM whose SIMD axis runs along those rows
-  (g's values broadcast, 8 output channels per register tile)."""
+  Unless the groups are small (depthwise), the windows are first written out as rows (im2col: [N, G, pixels,
+  Cg * kernel], zero-padded to whole vectors), so the reduction over pixels is a GEMM whose SIMD axis runs along
+  those rows (g's values broadcast, 8 output channels per register tile)."""
   nd = x.ndim - 2
   n, c, *_ = x.shape
   o = g.shape[1]
@@ -198,14 +200,16 @@ def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, gr
   xp = _padded(x, padding)
   out_sp = tuple(g.shape[2:])
   win = _windows(xp, groups, tuple(kernel), stride, dilation, out_sp)               # [N, G, Cg, *out, *k]
-  if cg >= ROW_CONV_MIN_CHANNELS and not any(map(is_sym, x.shape)):
-    pixels, taps = math.prod(out_sp), cg * math.prod(kernel)
+  pixels, taps = math.prod(out_sp), cg * math.prod(kernel)
+  if og >= WGRAD_GEMM_MIN_ROWS and taps >= WGRAD_GEMM_MIN_TAPS and not any(map(is_sym, x.shape)):
     order = (0, 1, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
-    cols = win.permute(order).reshape((n, groups, 1, pixels, taps)).contiguous()    # [N, G, 1, P, Cg*k]
+    cols = win.permute(order).reshape((n, groups, 1, pixels, taps))                  # [N, G, 1, P, Cg*k]
+    wide = -(-taps // ROW_VECTOR) * ROW_VECTOR   # rows padded with zeros to whole vectors
+    cols = cols.pad([(0, 0)] * 4 + [(0, wide - taps)]).contiguous()
     gv = g.reshape((n, groups, og, pixels, 1))
-    full = (n, groups, og, pixels, taps)
-    dw = (cols.expand(full) * gv.expand(full)).sum((0, 3), keepdim=False)            # [G, Og, Cg*k]
-    return dw.contiguous().reshape((o, cg, *kernel))
+    full = (n, groups, og, pixels, wide)
+    dw = (cols.expand(full) * gv.expand(full)).sum((0, 3), keepdim=False).contiguous()   # [G, Og, wide]
+    return dw.shrink([(0, groups), (0, og), (0, taps)]).reshape((o, cg, *kernel))
   win = win.reshape((n, groups, 1, cg, *out_sp, *kernel))
   gv = g.reshape((n, groups, og, 1, *out_sp, *([1] * nd)))
   full = (n, groups, og, cg, *out_sp, *kernel)
