@@ -91,6 +91,7 @@ def _conv2d_over_rows(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tup
   with the kernel split the same way (ky = s*a + py, zero where that is past the kernel's edge)."""
   n, c, h, wd = x.shape
   o, cg, kh, kw = w.shape
+  depthwise = cg == 1
   out_h = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
   out_w = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
   if stride != (1, 1):
@@ -109,7 +110,8 @@ def _conv2d_over_rows(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tup
       w = w.pad([(0, 0), (0, 0), (0, ah * sh - kh), (0, aw * sw - kw)]).reshape((o, cg, ah, sh, aw, sw))
       w = w.permute((0, 1, 3, 5, 2, 4)).reshape((o, cg * sh * sw, ah, aw)).contiguous()
     padding = (0, 0)
-  if x.shape[1] // groups < ROW_CONV_MIN_CHANNELS: return None
+  # a depthwise one fits too (one input channel per group, or its s*s phases): its SIMD axis is still the pixels
+  if x.shape[1] // groups < ROW_CONV_MIN_CHANNELS and not depthwise: return None
   out = _row_major_conv(x, w, padding, dilation, groups)
   if out is None or out.shape[2] < out_h or out.shape[3] < out_w: return None
   return out.shrink([(0, n), (0, o), (0, out_h), (0, out_w)])
