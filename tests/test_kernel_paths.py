@@ -1,0 +1,105 @@
+"""The fast kernel paths against eager: convolution over padded rows (stride 1, strided through space to depth,
+dilated, grouped, depthwise), its weight gradient as a GEMM over im2col rows, register tiles that do not divide
+their axis, a graph output that is a reshape of a computed buffer, and an expensive expression shared by kernels."""
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_uop
+from torch_uop.lowering import linalg
+
+# (batch, channels, height, out channels, kernel, stride, padding, dilation, groups)
+CONV_CASES = [
+  (2, 3, 32, 8, 7, 2, 3, 1, 1),     # a stem: 3 channels, 7x7, stride 2
+  (1, 16, 15, 8, 3, 2, 1, 1, 1),    # stride 2, odd size
+  (1, 16, 14, 8, 1, 2, 0, 1, 1),    # 1x1 stride 2 (every other pixel)
+  (1, 16, 13, 16, 3, 1, 1, 2, 1),   # dilated
+  (2, 32, 9, 32, 3, 1, 1, 1, 2),    # grouped
+  (1, 8, 10, 8, 5, 3, 2, 1, 1),     # stride 3, 5x5
+  (1, 24, 11, 12, 3, 1, 0, 1, 3),   # no padding, 3 groups
+  (1, 8, 9, 4, 4, 3, 1, 1, 1),      # even kernel, stride 3
+  (2, 16, 12, 16, 3, 1, 1, 1, 16),  # depthwise
+  (1, 12, 11, 12, 5, 2, 2, 1, 12),  # depthwise, strided
+  (2, 64, 10, 64, 3, 1, 1, 1, 1),   # a ResNet-style block
+]
+
+
+def _conv(case):
+  n, c, h, o, k, s, p, d, g = case
+  torch.manual_seed(0)
+  x = torch.randn(n, c, h, h + 1)
+  w = torch.randn(o, c // g, k, k)
+  b = torch.randn(o)
+  return x, w, b, lambda x, w, b: F.conv2d(x, w, b, stride=s, padding=p, dilation=d, groups=g)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=str)
+def test_conv_forward_and_gradients(case):
+  x, w, b, conv = _conv(case)
+  fn = lambda x, w, b: conv(x, w, b).sin()
+  torch._dynamo.reset()
+  torch_uop.reset_metrics()
+  torch.testing.assert_close(torch.compile(fn, backend="uop")(x, w, b), fn(x, w, b), rtol=1e-4, atol=1e-4)
+  leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+  got = torch.autograd.grad(torch.compile(fn, backend="uop")(*leaves).sum(), leaves)
+  want = torch.autograd.grad(fn(*leaves).sum(), leaves)
+  for a, e in zip(got, want): torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-3)
+  assert torch_uop.metrics()["fallback_nodes_total"] == 0
+
+
+def test_conv_rows_path_is_taken(monkeypatch):
+  """The dense, strided and depthwise cases above run through the padded-rows kernel (not the direct window)."""
+  calls = []
+  real = linalg._row_major_conv
+  monkeypatch.setattr(linalg, "_row_major_conv", lambda *a: calls.append(a[1].shape) or real(*a))
+  for case in (CONV_CASES[1], CONV_CASES[4], CONV_CASES[9]):
+    x, w, b, conv = _conv(case)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(conv, backend="uop")(x, w, b), conv(x, w, b), rtol=1e-4, atol=1e-4)
+  assert len(calls) == 3
+
+
+def test_conv_non_finite_inputs():
+  """Inf and NaN reach the same outputs as in eager: the columns computed past each row's end are dropped."""
+  x, w, b, conv = _conv((1, 16, 9, 8, 3, 1, 1, 1, 1))
+  x[0, 3, 4, 0] = float("inf")
+  x[0, 5, 0, 9] = float("nan")
+  x[0, 7, 8, 9] = -float("inf")
+  torch._dynamo.reset()
+  torch.testing.assert_close(torch.compile(conv, backend="uop")(x, w, b), conv(x, w, b), rtol=1e-4, atol=1e-4,
+                             equal_nan=True)
+
+
+@pytest.mark.parametrize("m,k,n", [(197, 64, 61), (5, 33, 7), (13, 128, 200)])
+def test_matmul_partial_register_tiles(m, k, n):
+  """Register tiles that do not divide M or N (a prime 197 rows, as in ViT): the last tile is partial."""
+  torch.manual_seed(0)
+  a, b, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+  for fn in (lambda a, b, bias: F.linear(a, b, bias), lambda a, b, bias: torch.addmm(bias, a, b.T.contiguous())):
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="uop")(a, b, bias), fn(a, b, bias), rtol=1e-4, atol=1e-4)
+
+
+def test_output_reshape_of_computed_buffer_is_not_copied():
+  x = torch.randn(16, 3, 2)
+  fn = lambda x: (x * 2).sum(1).reshape(4, 8)
+  with torch_uop.debug.capture() as graphs:
+    out = torch.compile(fn, backend="uop")(x)
+  torch.testing.assert_close(out, fn(x))
+  assert out.shape == (4, 8) and out.is_contiguous()
+  assert len(graphs[0].kernels) == 1
+
+
+def test_costly_shared_expression_realized_once():
+  """A max-pool backward read by BatchNorm's two gradient reductions and its input gradient: realized once."""
+  torch.manual_seed(0)
+  m = torch.nn.Sequential(torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1))
+  x = torch.randn(2, 8, 12, 12, requires_grad=True)
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    got = torch.autograd.grad(torch.compile(m, backend="uop")(x).pow(2).sum(), [x, *m.parameters()])
+  want = torch.autograd.grad(m(x).pow(2).sum(), [x, *m.parameters()])
+  for a, e in zip(got, want): torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+  backward = graphs[-1]
+  # the pooled gradient's scatter back to the input is computed by one kernel (compares of indices with positions)
+  gathers = [k for k, src in zip(backward.kernels, backward.sources) if "icmp eq i64" in src]
+  assert len(gathers) == 1
