@@ -219,6 +219,29 @@ def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, gr
   return (win.expand(full) * gv.expand(full)).sum(axes, keepdim=False).reshape((o, cg, *kernel))
 
 
+def _strided_input_grad(g: LT, w: LT, size: tuple, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> LT | None:
+  """The input gradient of a strided 2-D convolution, phase by phase instead of over a zero-stuffed gradient (which
+  multiplies s*s - 1 zeros for every product that counts). Input pixel X = s*t + r - p sums g[t - b] * w[s*b + r]
+  over b, so each phase r is a stride-1 convolution of g (padded by B - 1 = ceil(k/s) - 1 in front) with the
+  flipped sub-kernel w[s*(B-1-b) + r]: one convolution with C*s*s output channels (c, ry, rx), then interleaved.
+  None where this does not apply (1-D/3-D, dilation, stride 1)."""
+  if g.ndim != 4 or stride == (1, 1) or dilation != (1, 1) or any(map(is_sym, g.shape)): return None
+  n, o, gh, gw = g.shape
+  _, cg, kh, kw = w.shape
+  (sh, sw), (ph, pw) = stride, padding
+  bh, bw = -(-kh // sh), -(-kw // sw)
+  th, tw = -(-(size[0] + ph) // sh), -(-(size[1] + pw) // sw)       # phase rows/columns the input needs
+  og = o // groups
+  wq = w.pad([(0, 0), (0, 0), (0, bh * sh - kh), (0, bw * sw - kw)]).reshape((groups, og, cg, bh, sh, bw, sw))
+  wq = wq.flip((3, 5)).permute((0, 2, 4, 6, 1, 3, 5)).reshape((groups * cg * sh * sw, og, bh, bw)).contiguous()
+  gp = g.pad([(0, 0), (0, 0), (bh - 1, max(0, th - gh)), (bw - 1, max(0, tw - gw))])
+  phases = conv(gp, wq, (1, 1), (0, 0), (1, 1), groups)                # [N, C*sh*sw, >= th, >= tw]
+  ph_h, ph_w = phases.shape[2:]
+  c = groups * cg
+  full = phases.reshape((n, c, sh, sw, ph_h, ph_w)).permute((0, 1, 4, 2, 5, 3)).reshape((n, c, ph_h * sh, ph_w * sw))
+  return full.shrink([(0, n), (0, c), (ph, ph + size[0]), (pw, pw + size[1])])
+
+
 @register(aten.convolution_backward.default)
 def convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
                          output_mask):
@@ -239,7 +262,9 @@ def convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation,
       sp = x.shape[2:]
       out_pad = tuple(s + 2 * p - d * (kk - 1) - 1 - (o - 1) * st
                       for s, p, d, kk, o, st in zip(sp, padding, dilation, k, grad.shape[2:], stride))
-      grad_input = conv_transpose(g, w, stride, padding, dilation, out_pad, groups).cast(ctx.dtype_of(0))
+      dx = _strided_input_grad(g, w.cast(acc), tuple(sp), tuple(stride), tuple(padding), tuple(dilation), groups)
+      if dx is None: dx = conv_transpose(g, w, stride, padding, dilation, out_pad, groups)
+      grad_input = dx.cast(ctx.dtype_of(0))
     if output_mask[1]:
       grad_weight = _conv_weight_grad(x.cast(acc), g, k, stride, padding, dilation, groups).cast(ctx.dtype_of(1))
   if output_mask[2]:
