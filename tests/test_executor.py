@@ -40,7 +40,7 @@ def test_repeated_calls_match_eager_and_outputs_stay_intact():
 
 def test_arena_shares_bytes_only_between_disjoint_lifetimes():
   x = torch.randn(16, 40)
-  fn = lambda x: ((x.exp().sum(1, keepdim=True) * x).sin().sum(0, keepdim=True) * x).cos().sum(1, keepdim=True) * x
+  fn = lambda x: ((x.exp().sum(0, keepdim=True) * x).sin().sum(0, keepdim=True) * x).cos().sum(0, keepdim=True) * x
   _, graphs = compiled(fn, x)
   g = graphs[-1]
   live = {}

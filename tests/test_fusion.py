@@ -1,8 +1,8 @@
 """Fusion: how many kernels the scheduler makes for common patterns (metrics()["kernels_compiled"]).
 
 Elementwise chains fuse into one kernel, an elementwise prologue and epilogue fuse into their
-reduction, and a reduction read back through a broadcast (softmax, mean-centering) costs one extra
-kernel. Every case is also checked against eager and must not fall back.
+reduction, and on the CPU a statistic over the trailing axes read back along them (softmax, layer norm,
+mean-centering) is computed once per row inside its reader; over other axes it costs one extra kernel. Every case is also checked against eager and must not fall back.
 """
 import pytest
 import torch
@@ -48,8 +48,30 @@ def test_two_reductions_over_the_same_domain_share_a_kernel():
   assert kernels(lambda x: x.sum(-1) + x.amax(-1), torch.randn(5, 30)) == 1
 
 
-def test_mean_and_broadcast_subtract_is_two_kernels():
-  assert kernels(lambda x: x - x.mean(-1, keepdim=True), torch.randn(9, 21)) == 2
+def test_row_statistic_broadcast_back_is_one_kernel():
+  # the mean over the last axis is computed once per row inside the kernel that subtracts it
+  assert kernels(lambda x: x - x.mean(-1, keepdim=True), torch.randn(9, 21)) == 1
+
+
+def test_softmax_layer_norm_and_rms_norm_are_one_kernel_each():
+  x, w, b = torch.randn(7, 40), torch.randn(40), torch.randn(40)
+  assert kernels(lambda x: torch.softmax(x * 0.5, -1), x) == 1
+  assert kernels(lambda x: F.log_softmax(x, -1), x) == 1
+  assert kernels(lambda x, w, b: F.layer_norm(x, (40,), w, b), x, w, b) == 1
+  assert kernels(lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, x, w) == 1
+
+
+def test_statistic_over_a_leading_axis_broadcast_back_is_two_kernels():
+  # rows of the kernel's loops are not what the mean runs over: it is realized on its own
+  assert kernels(lambda x: x - x.mean(0, keepdim=True), torch.randn(9, 21)) == 2
+
+
+def test_row_statistics_with_non_finite_values():
+  x = torch.randn(6, 33)
+  x[1, 4], x[2, 0], x[3, 32], x[4, 5], x[4, 6] = float("nan"), float("inf"), -float("inf"), float("inf"), -float("inf")
+  for fn in (lambda x: torch.softmax(x, -1), lambda x: F.log_softmax(x, -1), lambda x: x - x.amax(-1, keepdim=True),
+             lambda x: F.layer_norm(x, (33,))):
+    check_against_eager(fn, x)
 
 
 def test_linear_bias_relu_is_one_kernel():
@@ -67,9 +89,9 @@ def test_movement_ops_fuse_into_their_consumer():
 
 
 def test_kernels_launched_per_call():
-  fn = torch.compile(lambda x: x - x.mean(-1, keepdim=True), backend="uop")
+  fn = torch.compile(lambda x: x - x.mean(0, keepdim=True), backend="uop")
   x = torch.randn(4, 8)
-  for _ in range(3): torch.testing.assert_close(fn(x), x - x.mean(-1, keepdim=True))
+  for _ in range(3): torch.testing.assert_close(fn(x), x - x.mean(0, keepdim=True))
   import torch_uop
   m = torch_uop.metrics()
   assert (m["kernels_compiled"], m["kernels_launched"]) == (2, 6)

@@ -17,7 +17,7 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts
+from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts, ROW_AXIS_BASE
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext
 
@@ -54,6 +54,7 @@ class _Evaluator:
     self.args: dict[int, UOp] = {}  # slot -> DEFINE_GLOBAL
     self.memo: dict = {}
     self.reduce_ranges: tuple | None = None
+    self.row_ranges: list = []  # the loops of each row reduction evaluated (schedule.KernelItem.row_reduces)
     self.loops: dict = {}      # (LT.loop tag, idxs, gate) -> (loop id, kernel LOOP sources)
     self.loop_vars: dict = {}  # (LT.loop tag, idxs, gate) -> (counter RANGE, state LOOP_VARs)
 
@@ -95,6 +96,16 @@ class _Evaluator:
         value = self.eval(src, src_idxs, inner_gate)
       if valid.op is Ops.CONST and valid.arg: return value
       return valid.where(value, UOp.const(value.dtype, 0))
+    if node.op is Ops.REDUCE_AXIS and node in self.item.row_reduces:
+      # computed once per row (schedule._broadcast_back), in loops of its own: after the reductions it reads, before
+      # the loops over the row that read it
+      op, axes = node.arg
+      k = len(self.row_ranges)
+      ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (ROW_AXIS_BASE + 16 * k + a, "reduce")) for a in axes)
+      self.row_ranges.append(ranges)
+      src_idxs = list(idxs)
+      for a, r in zip(axes, ranges): src_idxs[a] = r
+      return UOp(Ops.REDUCE, node.dtype, (self.eval(node.src[0], tuple(src_idxs), gate), *ranges), op)
     if node.op is Ops.REDUCE_AXIS:
       op, axes = node.arg
       if self.reduce_ranges is None:
@@ -268,6 +279,7 @@ def linearize(sink: UOp) -> list[UOp]:
   rcache: dict = {}
   for n in nodes: _ranges_of(n, rcache)
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
+  if any(r.src[1].arg[0] >= ROW_AXIS_BASE for r in reduces): return _linearize_rows(nodes, rcache)
   reduce_ranges = _order_reduce_ranges(list(reduces[0].src[1:]), nodes, rcache) if reduces else []
   # output loops in axis order; the thread-split loop is outermost
   outer_ranges = sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] != "loop"} - set(reduce_ranges),
@@ -307,6 +319,70 @@ def linearize(sink: UOp) -> list[UOp]:
   program += post
   program += [n for n in pre if n.op is Ops.STORE]
   program += [UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(outer_ranges)]
+  return _expand_loops(program, body_nodes, loop_of) if body_nodes or any(n.op is Ops.LOOP for n in program) else program
+
+
+def _linearize_rows(nodes: list, rcache: dict) -> list[UOp]:
+  """linearize for a kernel with row reductions: every node is placed in the outermost output loop that holds the
+  loops it reads, and each reduction (with the reductions sharing its loops) is one block there: accumulators, its
+  reduce loops with their body, the updates, the results. Softmax's kernel is then: row loop { max loop; sum loop
+  (reads the max); column loop (reads both) }."""
+  groups: dict = {}  # reduce ranges -> the REDUCEs over them
+  for n in nodes:
+    if n.op is Ops.REDUCE: groups.setdefault(n.src[1:], []).append(n)
+  reduce_ranges = {r for key in groups for r in key}
+  outer = sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] != "loop"} - reduce_ranges,
+                 key=lambda r: (r.arg[1] != "split", r.arg[0]))
+  position = {r: d for d, r in enumerate(outer)}
+  loop_of = _loop_membership(nodes)
+  skip = {Ops.RANGE, Ops.SINK, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.LOOP_VAR}
+  body_nodes = [n for n in nodes if loop_of[n] and n.op not in skip]
+  order = {n: i for i, n in enumerate(nodes)}
+  # each node's item: the reduction block it is computed in (the block's key), or itself
+  item: dict = {}
+  for n in nodes:
+    if n.op in skip or loop_of[n]: continue
+    owner = next((key for key in groups if n.op is not Ops.REDUCE and rcache[n] & set(key)), None)
+    item[n] = ("block", n.src[1:]) if n.op is Ops.REDUCE else ("block", owner) if owner is not None else n
+  members: dict = {}
+  for n, it in item.items(): members.setdefault(it, []).append(n)
+
+  def depth(it) -> int:
+    deps = set().union(*[rcache[n] for n in members[it]]) - reduce_ranges if isinstance(it, tuple) else rcache[it]
+    return max((position[r] for r in deps if r in position), default=-1)
+  needs: dict = {it: set() for it in members}
+  for n, it in item.items():
+    for s_ in n.src:
+      if s_ in item and item[s_] != it: needs[it].add(item[s_])
+  # items in dependency order (ties: graph order), then by depth
+  done, ready_order = set(), []
+  pending = sorted(members, key=lambda it: min(order[n] for n in members[it]))
+  while pending:
+    it = next(x for x in pending if needs[x] <= done)
+    pending.remove(it); done.add(it); ready_order.append(it)
+  at_depth: dict = {}
+  for it in ready_order: at_depth.setdefault(depth(it), []).append(it)
+
+  def emit(it) -> list:
+    if not isinstance(it, tuple): return [it]
+    key = it[1]
+    reds = groups[key]
+    ranges = _order_reduce_ranges(list(key), nodes, rcache)
+    level = {r: d for d, r in enumerate(ranges)}
+    body = sorted((n for n in members[it] if n.op is not Ops.REDUCE), key=order.get)
+    accs = [UOp(Ops.DEFINE_ACC, r.dtype, (r,)) for r in reds]
+    out = list(accs)
+    for d, r in enumerate(ranges):
+      out.append(r)
+      out += [n for n in body if max(level[x] for x in rcache[n] & set(key)) == d]
+    out += [UOp(Ops.ASSIGN, r.dtype, (acc, r.src[0]), r.arg) for acc, r in zip(accs, reds)]
+    out += [UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(ranges)]
+    return out + reds
+  program: list[UOp] = [n for n in nodes if n.op is Ops.DEFINE_GLOBAL]
+  for d in range(-1, len(outer)):
+    if d >= 0: program.append(outer[d])
+    for it in at_depth.get(d, []): program += emit(it)
+  program += [UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(outer)]
   return _expand_loops(program, body_nodes, loop_of) if body_nodes or any(n.op is Ops.LOOP for n in program) else program
 
 

@@ -36,6 +36,7 @@ class KernelOpts:
   def factor(self, axis: int) -> int: return dict(self.upcast).get(axis, 1)
 
 
+ROW_AXIS_BASE = 10000  # axis ids of row reductions' loops (codegen; 16 per reduction)
 UPCAST_FACTOR = 4
 VECTOR_BLOCK_FACTOR = 8
 VECTOR_UPCAST = 16   # one AVX-512 register of float32 (two of AVX2)
@@ -105,6 +106,10 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
   ranges = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"}
   all_ranges = [n for n in nodes if n.op is Ops.RANGE]
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
+  if any(r.src[1].arg[0] >= ROW_AXIS_BASE for r in reduces):
+    # row reductions (softmax in one kernel): each loop over a row is left for LLVM to vectorize; upcasting the
+    # output would only replicate the elementwise tail
+    return KernelOpts((), next((a for a in range(len(out_shape)) if hint(out_shape[a]) >= 2), None))
   upcast, vector_axis = [], None
   used_vars: set = set()  # size variables an upcast already divides (codegen writes each as factor * a new variable)
   reduce_size = 1

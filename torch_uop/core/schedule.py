@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort
 from torch_uop.core.dtypes import DType
 from torch_uop.core.shapetracker import contiguous_strides
-from torch_uop.core.sym import hint
+from torch_uop.core.sym import hint, is_sym
 
 
 @dataclass
@@ -38,6 +38,8 @@ class KernelItem:
   buffers: dict = field(default_factory=dict)  # slot -> BufferInfo (strides of what it reads and writes)
   # graphs with symbolic sizes: (slot of the size-variable buffer, name -> position, derived name -> (base, factor))
   size_vars: tuple | None = None
+  # reductions this kernel computes once per row of its output and reads back along the row (softmax's max and sum)
+  row_reduces: frozenset = frozenset()
 
 
 @dataclass
@@ -126,24 +128,64 @@ def _shared_expressions(roots: list, realized: set) -> set:
   return costly - inner
 
 
-def _kernel_reduces(root: UOp, realized: set) -> tuple[list, set]:
-  """Walk one kernel's region. Returns the reductions it would fuse and those that must be realized."""
-  fused, must_realize = [], set()
-  stack = [(root, False, False)]
+def _broadcast_back(view: UOp, domain: tuple | None, realized: set, reduced: frozenset = frozenset()) -> bool:
+  """Whether `view` reads an unrealized value of `domain`'s shape with its trailing axes kept as 1 (a row
+  statistic such as x.max(-1, keepdim=True), or an expression of such statistics) broadcast back along them, as
+  the kernel over `domain` reads it (reached from its root through elementwise ops only, so the kernel's loops
+  visit each row's columns inside its row loop: the statistic is computed once per row, before them). In a kernel
+  that reduces over `reduced` axes of `domain`, the rows must lie inside that reduction (their own axes are not
+  reduced): a statistic per value of a reduce loop would need its loops inside that loop."""
+  src = view.src[0]
+  if domain is None or view.shape != domain or src in realized or _is_buffer(src) or src.op is Ops.CONST: return False
+  nd = len(domain)
+  if len(src.shape) != nd: return False
+  kept = next((k for k in range(nd, -1, -1) if k == 0 or src.shape[k - 1] != 1 or domain[k - 1] == 1), 0)
+  if kept == nd or src.shape[:kept] != domain[:kept] or any(is_sym(x) for x in domain): return False
+  if any(a < kept for a in reduced): return False
+  from torch_uop.core.symbolic import simplify
+  from torch_uop.core.dtypes import dtypes
+  idx = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, x),), (k, "global")) for k, x in enumerate(domain)]
+  flat, valid = view.arg.to_indexed(idx)
+  want = UOp.const(dtypes.index, 0)
+  for i, st in zip(idx[:kept], contiguous_strides(src.shape)): want = want + i * UOp.const(dtypes.index, st)
+  return simplify(valid).arg is True and simplify(flat) is simplify(want)
+
+
+def _row_reduction(node: UOp, domain: tuple) -> bool:
+  """A reduction over trailing axes of `domain` (its source's shape): one value per row."""
+  axes, nd = node.arg[1], len(domain)
+  return node.src[0].shape == domain and bool(axes) and tuple(axes) == tuple(range(nd - len(axes), nd))
+
+
+def _kernel_reduces(root: UOp, realized: set, row_fusion: bool = False) -> tuple[list, set, list]:
+  """Walk one kernel's region. Returns the reductions it would fuse, those that must be realized, and (with
+  row_fusion) those it computes once per row (_broadcast_back)."""
+  fused, must_realize, rows = [], set(), []
+  # (node, read through a movement op, inside a reduction, the domain an elementwise path from here reaches back
+  # to, the domain whose row statistics an elementwise path from here computes)
+  stack = [(root, False, False, (root.shape, frozenset()) if row_fusion and root.op is not Ops.REDUCE_AXIS else None, None)]
   seen = set()
   while stack:
-    node, under_view, under_reduce = stack.pop()
-    if (node, under_view, under_reduce) in seen: continue
-    seen.add((node, under_view, under_reduce))
+    item = stack.pop()
+    if item in seen: continue
+    seen.add(item)
+    node, under_view, under_reduce, domain, row_of = item
     if node is not root and (node in realized or _is_buffer(node)): continue
+    if node.op is Ops.REDUCE_AXIS and row_of is not None and _row_reduction(node, row_of):
+      if node not in rows: rows.append(node)
+      stack.append((node.src[0], False, True, (row_of, frozenset(node.arg[1])), None))
+      continue
     if node.op is Ops.REDUCE_AXIS and node is not root:
       if under_view or under_reduce: must_realize.add(node); continue
       if node not in fused: fused.append(node)
-      stack.append((node.src[0], False, True))
+      stack.append((node.src[0], False, True, (node.src[0].shape, frozenset(node.arg[1])) if row_fusion else None, None))
       continue
     if node.op is Ops.REDUCE_AXIS:  # the root itself reduces
       if node not in fused: fused.append(node)
-      stack.append((node.src[0], False, True))
+      stack.append((node.src[0], False, True, (node.src[0].shape, frozenset(node.arg[1])) if row_fusion else None, None))
+      continue
+    if node.op is Ops.VIEW and domain is not None and _broadcast_back(node, domain[0], realized, domain[1]):
+      stack.append((node.src[0], under_view, under_reduce, None, domain[0]))
       continue
     if node.op is Ops.VIEW:
       src = node.src[0]
@@ -152,19 +194,24 @@ def _kernel_reduces(root: UOp, realized: set) -> tuple[list, set]:
          _recompute_cost(src, realized) * min(factor, 64) > 8 * MAX_BROADCAST_RECOMPUTE:
         must_realize.add(src); continue
       # a pure reshape keeps every element where it was: a reduction under it still fuses
-      stack.append((src, under_view or not node.arg.is_contiguous, under_reduce)); continue
+      stack.append((src, under_view or not node.arg.is_contiguous, under_reduce, None, None)); continue
     if node.op is Ops.GATHER:
-      stack.append((node.src[0], True, under_reduce))
-      for s in node.src[1:]: stack.append((s, under_view, under_reduce))
+      stack.append((node.src[0], True, under_reduce, None, None))
+      for s in node.src[1:]: stack.append((s, under_view, under_reduce, None, None))
       continue
-    for s in node.src: stack.append((s, under_view, under_reduce))
-  return fused, must_realize
+    ew = node.op in ELEMENTWISE
+    for s in node.src: stack.append((s, under_view, under_reduce, domain if ew else None, row_of if ew else None))
+  return fused, must_realize, rows
 
 
-def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_strides: dict | None = None) -> Schedule:
+def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_strides: dict | None = None,
+             row_fusion: bool = False) -> Schedule:
   """roots: tensor nodes that must be in memory. input_slots: BUFFER node -> slot (given by the caller).
   root_strides: realized node -> the element strides its buffer must have (e.g. a graph output's eager
-  layout, possibly with stride 0 or overlap); others are contiguous."""
+  layout, possibly with stride 0 or overlap); others are contiguous. row_fusion: a reduction over the trailing
+  axes that is broadcast back along them into one kernel is computed there, once per row (_broadcast_back), instead
+  of in a kernel of its own (for the CPU, where a row's second pass reads the cache; not for GPU-style devices,
+  where every work-item would redo the whole row)."""
   nodes = toposort(roots)
   realized: set = set(r for r in roots if not _is_buffer(r))
   for n in nodes:
@@ -176,8 +223,9 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
     reach_count: dict = {}
     new = set()
     for r in [n for n in nodes if n in realized]:
-      fused, must = _kernel_reduces(r, realized)
+      fused, must, rows = _kernel_reduces(r, realized, row_fusion)
       new |= must
+      for f in rows: reach_count[f] = reach_count.get(f, 0) + 1
       if fused:
         domain = (fused[0].src[0].shape, fused[0].arg[1])
         for f in fused[1:]:
@@ -205,6 +253,7 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
     elif n in realized and not _is_buffer(n):
       sched.node_slot[n] = slot
       sched.buffers[slot] = BufferInfo(slot, n.shape, n.dtype, 'intermediate', (root_strides or {}).get(n))
-      sched.items.append(KernelItem(n, slot, sched.node_slot, sched.buffers))
+      rows = frozenset(_kernel_reduces(n, realized, row_fusion)[2])
+      sched.items.append(KernelItem(n, slot, sched.node_slot, sched.buffers, row_reduces=rows))
       slot += 1
   return sched

@@ -165,7 +165,8 @@ class CompiledGraph:
         if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = want
       outputs.append((kind, v, shape))
     with _Timer("schedule"):
-      sched = schedule(roots, first_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None})
+      sched = schedule(roots, first_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None},
+                       row_fusion=target.kind != "gpu")
     if vars_slot is not None:
       # variable name -> its place in the table kernels read; codegen adds derived ones (v // f of an upcast axis)
       self.var_position, self.derived_vars = {v.arg[0]: k for k, v in enumerate(self.size_vars)}, {}

@@ -184,7 +184,9 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
       f.declare(f"declare {t} @{fn}({t}, {t})")
       old, new, isnan, seen, seen2 = f.tmp(), f.tmp(), f.tmp(), f.tmp(), f.tmp()
       f.emit(f"{old} = load {t}, ptr {a}")
-      f.emit(f"{new} = call {t} @{fn}({t} {old}, {t} {v})")
+      # nnan: a NaN input makes the running value poison, but then the flag is set and the result is NaN itself;
+      # nsz: -0 and +0 tie either way (they compare equal). With both, LLVM vectorizes the reduction
+      f.emit(f"{new} = call nnan nsz {t} @{fn}({t} {old}, {t} {v})")
       f.emit(f"store {t} {new}, ptr {a}")
       f.emit(f"{isnan} = fcmp uno {t} {v}, {v}")
       f.emit(f"{seen} = load i1, ptr {a}.nan")
