@@ -140,7 +140,12 @@ def reciprocal(ctx, a): return elementwise(ctx, INT_TO_FLOAT, lambda x: x.recip(
 
 
 @register(aten.sigmoid.default)
-def sigmoid(ctx, a): return elementwise(ctx, INT_TO_FLOAT, lambda x: ((-x).exp() + 1).recip(), a)
+def sigmoid(ctx, a):
+  def f(x):
+    # e = exp(-|x|) never overflows: 1 / (1 + e) for x >= 0, e / (1 + e) below (down to the smallest denormal)
+    e = (-x.math("abs")).exp()
+    return (x < 0).where(e, 1.0) / (e + 1)
+  return elementwise(ctx, INT_TO_FLOAT, f, a)
 
 
 @register(aten.neg.default)
