@@ -89,6 +89,15 @@ def test_output_reshape_of_computed_buffer_is_not_copied():
   assert len(graphs[0].kernels) == 1
 
 
+@pytest.mark.parametrize("fn", [lambda x: (x * 2)[:, 0], lambda x: (x * 2)[:, :4], lambda x: (x * 2)[:, 1]],
+                         ids=["first", "leading", "second"])
+def test_output_slice_of_computed_buffer(fn):
+  # a leading slice has contiguous strides too, but is not a reshape of the whole buffer
+  x = torch.randn(1, 17, 64)
+  torch._dynamo.reset()
+  torch.testing.assert_close(torch.compile(fn, backend="uop")(x), fn(x))
+
+
 def test_costly_shared_expression_realized_once():
   """A max-pool backward read by BatchNorm's two gradient reductions and its input gradient: realized once."""
   torch.manual_seed(0)

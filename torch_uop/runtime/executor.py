@@ -26,7 +26,7 @@ import threading
 import time
 import torch
 from torch_uop.core.dtypes import to_torch, dtypes
-from torch_uop.core.sym import Sym, is_sym, concrete
+from torch_uop.core.sym import Sym, is_sym, concrete, known_equal
 from torch_uop.core.uop import UOp, Ops, pretty
 from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo
@@ -644,7 +644,10 @@ def _reshaped_from(u: UOp) -> UOp | None:
   """The computed node that `u` is a plain contiguous reshape of (same elements in the same order), else None."""
   if u.op is not Ops.VIEW or not u.arg.is_contiguous: return None
   base = u.src[0]
-  return None if base.op in (Ops.BUFFER, Ops.CONST) or base.dtype != u.dtype else base
+  # (a leading slice such as x[:, 0] also has contiguous strides: only as many elements as the base is a reshape)
+  if base.op in (Ops.BUFFER, Ops.CONST) or base.dtype != u.dtype or not known_equal(math.prod(u.shape), math.prod(base.shape)):
+    return None
+  return base
 
 
 def _same_strides(shape: tuple, a: tuple, b: tuple) -> bool:
