@@ -7,6 +7,7 @@ make_fx, without Dynamo or AOTAutograd, and compiles it; the returned `CompiledG
 `device="opencl"`/`"cuda"` each kernel's OpenCL C / CUDA C, and `.device_source`, the whole program).
 `capture()` records every graph compiled while it is active, e.g. by `torch.compile(backend="uop")`.
 `profile()` times every kernel and fallback step of every compiled graph called while it is active.
+`kernel_work(graph)` gives each kernel's bytes moved and FLOPs, keyed like `profile()`'s steps.
 
     with torch_uop.debug.capture() as graphs:
       torch.compile(fn, backend="uop")(x)
@@ -17,7 +18,7 @@ import contextlib
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["compile_graph", "capture", "profile", "format_profile"]
+__all__ = ["compile_graph", "capture", "profile", "format_profile", "kernel_work"]
 
 
 def compile_graph(fn, *example_inputs, name: str = "graph", opt_level: int = 3, debug: int = 0, device: str | None = None):
@@ -82,3 +83,58 @@ def format_profile(steps: dict, top: int = 30) -> str:
   lines = [f"{'step':48s} {'calls':>6s} {'us/call':>9s} {'share':>6s}"]
   lines += [f"{name[:48]:48s} {calls:6d} {1e6 * secs / calls:9.1f} {100 * secs / total:5.1f}%" for name, (calls, secs) in rows]
   return "\n".join(lines)
+
+
+def kernel_work(graph) -> dict:
+  """{step name: (bytes, flops)} for each kernel of a `CompiledGraph`, keyed like `profile()`'s steps
+  ("forward1_k3 (1, 128, 768)"), for one call.
+
+  bytes: the output buffer's size plus, for each buffer the kernel reads, its size or, if smaller, the bytes its
+  loads fetch (an embedding table read at a few rows counts those rows). flops: for each reduction in the kernel,
+  its body's executions (outputs x reduction length), twice for a sum of products (matmul, convolution; two fused
+  matmuls count twice); a kernel without reductions, one per output element. The counts come from the kernel's AST,
+  which a graph loaded from the graph cache lacks (compile with `options={"graph_cache": False}`): there every
+  buffer counts whole and a kernel one FLOP per output element. A graph with symbolic sizes has no plan: {}."""
+  import math
+  from torch_uop.core.dtypes import to_torch
+  from torch_uop.runtime.executor import _nbytes
+  plan = getattr(graph, "plan", None)
+  if plan is None: return {}
+  counted = {k.name: _ast_counts(k.ast) for k in graph.kernels}
+  work = {}
+  for kind, step in plan.steps:
+    if kind != "kernel": continue
+    outputs = math.prod(step.shape)
+    loads, flops = counted.get(step.label, ({}, None))
+    nbytes = _nbytes(plan.buffers[step.out_slot])
+    for slot in dict.fromkeys(step.slots[1:]):
+      info = plan.buffers[slot]
+      size = _nbytes(info)
+      nbytes += min(size, loads[slot] * to_torch(info.dtype).itemsize) if slot in loads else size
+    work[f"{step.label or step.name} {tuple(step.shape)}"] = (nbytes, outputs if flops is None else flops)
+  return work
+
+
+def _ast_counts(ast) -> tuple[dict, int | None]:
+  """({buffer slot: elements its loads fetch per call}, FLOPs per call or None without reductions) of a kernel AST.
+  A node runs once per iteration of the loops it depends on (codegen hoists it out of the others); a loop whose
+  trip count is symbolic or data counts once."""
+  import math
+  from torch_uop.core.uop import Ops
+  nodes = ast.toposort()
+  ranges: dict = {}
+  for u in nodes:
+    ranges[u] = frozenset().union(*(ranges[s] for s in u.src)) | ({u} if u.op is Ops.RANGE else frozenset())
+
+  def runs(u) -> int:
+    return math.prod(r.src[0].arg for r in ranges[u] if r.src[0].op is Ops.CONST)
+
+  def is_product(u) -> bool:
+    while u.op is Ops.CAST: u = u.src[0]
+    return u.op is Ops.MUL
+  loads: dict = {}
+  for u in nodes:
+    if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: loads[u.src[0].arg] = loads.get(u.src[0].arg, 0) + runs(u)
+  reduces = [u for u in nodes if u.op is Ops.REDUCE]
+  flops = sum((2 if u.arg is Ops.ADD and is_product(u.src[0]) else 1) * runs(u) for u in reduces) if reduces else None
+  return loads, flops
