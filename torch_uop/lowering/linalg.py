@@ -18,8 +18,15 @@ from torch_uop.core.sym import is_sym
 aten = torch.ops.aten
 
 
+def _indexable(x: LT) -> LT:
+  """x, or a copy of it where reading it needs divisions (a reshape of a permuted tensor, such as attention's heads
+  merged back into a row): the GEMM would otherwise divide in its inner loop, and the copy is one pass over x."""
+  return x.contiguous() if x.uop.op is Ops.VIEW and len(x.uop.arg.views) > 1 else x
+
+
 def matmul(a: LT, b: LT) -> LT:
   """Batched matmul over the last two dims; batch dims must already match."""
+  a, b = _indexable(a), _indexable(b)
   *batch, m, k = a.shape
   n = b.shape[-1]
   acc = compute_dtype(a.dtype)
