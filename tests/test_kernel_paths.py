@@ -112,3 +112,21 @@ def test_costly_shared_expression_realized_once():
   # the pooled gradient's scatter back to the input is computed by one kernel (compares of indices with positions)
   gathers = [k for k, src in zip(backward.kernels, backward.sources) if "icmp eq i64" in src]
   assert len(gathers) == 1
+
+
+@pytest.mark.parametrize("n,vocab,padding_idx", [(7, 11, None), (50, 13, 3), (1, 5, 0), (64, 1000, 999)])
+def test_embedding_gradient_with_repeated_indices(n, vocab, padding_idx):
+  """The table's gradient from per-token sums: repeated indices add up, the padding row stays zero."""
+  torch.manual_seed(0)
+  idx = torch.randint(0, vocab, (2, n))
+  idx[0, 0] = idx[1, -1]
+  if padding_idx is not None: idx[1, 0] = padding_idx
+  emb = torch.nn.Embedding(vocab, 6, padding_idx=padding_idx)
+  fn = lambda w, i: F.embedding(i, w, padding_idx=padding_idx).sin().sum()
+  w = emb.weight.detach().clone().requires_grad_()
+  torch._dynamo.reset()
+  torch_uop.reset_metrics()
+  got, = torch.autograd.grad(torch.compile(fn, backend="uop")(w, idx), [w])
+  want, = torch.autograd.grad(fn(w, idx), [w])
+  torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+  assert torch_uop.metrics()["fallback_nodes_total"] == 0

@@ -146,7 +146,8 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
       # next to a SIMD axis, a taller tile (8 rows of one vector each) keeps more accumulators in registers
       factor = _block_factor(size, VECTOR_BLOCK_FACTOR if vector_axis is not None else UPCAST_FACTOR)
       if axis == vector_axis or not factor: continue
-      if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and any(_depends_on(ld.src[1], r, cache) for ld in loads) \
+      # (what moves along the axis may be a load or an index compare, as in a one-hot sum)
+      if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and _depends_on(reduces[0], r, cache) \
          and _guard_divisible(size, factor, used_vars):
         upcast.append((axis, factor))
   factors = dict(upcast)

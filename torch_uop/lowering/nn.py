@@ -12,6 +12,7 @@ from torch_uop.core.uop import Ops
 from torch_uop.core.dtypes import dtypes
 from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.lowering.tensor import LT, compute_dtype
+from torch_uop.core.sym import is_sym
 
 aten = torch.ops.aten
 
@@ -23,12 +24,35 @@ def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sp
   return weight.gather_nd((("idx", 0), len(out_shape) - 1), [idx])
 
 
+EMBEDDING_GRAD_MAX_TOKENS = 2048  # up to this many indices the table's gradient is gathered from per-token sums
+
+
+def _embedding_grad_by_token(g: LT, ids: LT, num_weights: int, padding_idx) -> LT:
+  """The table's gradient without a pass over all tokens per table row: tokens with the same index sum their
+  gradients ([N, N] compares, N x N x D adds), each row finds the first token with its index ([V, N] compares), and
+  row v is that token's sum, or 0 (a gather over the table: one write of it)."""
+  n, d = g.shape
+  same = ids.reshape((n, 1, 1)).eq(ids.reshape((1, n, 1))).broadcast_to((n, n, d))
+  per_token = same.where(g.reshape((1, n, d)).broadcast_to((n, n, d)), 0.0).sum((1,), keepdim=False)    # [N, D]
+  rows = LT.iota(num_weights).reshape((num_weights, 1)).cast(ids.dtype)
+  pos = LT.iota(n).reshape((1, n)).cast(ids.dtype).broadcast_to((num_weights, n))
+  hit = ids.reshape((1, n)).eq(rows)                                                                   # [V, N]
+  first = hit.where(pos, pos.const_like(n)).reduce(Ops.MIN, (1,), keepdim=True)                        # [V, 1]
+  keep = first < n
+  if padding_idx is not None and padding_idx >= 0: keep = keep & rows.ne(padding_idx)
+  picked = per_token.gather(0, first.minimum(n - 1).broadcast_to((num_weights, d)))
+  return keep.broadcast_to((num_weights, d)).where(picked, 0.0)
+
+
 @register(aten.embedding_dense_backward.default)
 def embedding_dense_backward(ctx, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
   if scale_grad_by_freq: raise Unsupported("scale_grad_by_freq")
   d = grad.shape[-1]
   n = indices.numel()
   acc = compute_dtype(grad.dtype)
+  if not is_sym(n) and not is_sym(d) and n <= EMBEDDING_GRAD_MAX_TOKENS:
+    return _embedding_grad_by_token(grad.cast(acc).reshape((n, d)), indices.reshape((n,)), num_weights,
+                                    padding_idx).cast(ctx.dtype)
   g = grad.cast(acc).reshape((n, 1, d))                   # [N, 1, D]
   ids = indices.reshape((n, 1, 1))                          # [N, 1, 1]
   rows = LT.iota(num_weights).reshape((1, num_weights, 1)).cast(ids.dtype)
