@@ -389,7 +389,8 @@ def run_main(args, names: list[str], modes: list[str], backends: list[str]) -> i
     print("  WARNING: the machine was busy with other work during this run; torch's threads stall on busy cores "
           "(eager and Inductor most), so rerun on an idle machine before reading the ratios.")
 
-  out = args.out or os.path.join(bm.RESULTS_DIR, f"zoo_{args.size}_{datetime.datetime.now():%Y%m%d_%H%M%S}.json")
+  name = f"zoo_{args.size}_{datetime.datetime.now():%Y%m%d_%H%M%S}.json"
+  out = os.path.join(args.out, name) if args.out and os.path.isdir(args.out) else args.out or os.path.join(bm.RESULTS_DIR, name)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   with open(out, "w") as f:
     json.dump({"machine": info, "limits": limits, "args": vars(args), "models": {n: zoo.ZOO[n].description[args.size] for n in names},
@@ -481,7 +482,7 @@ def main(argv=None) -> int:
   ap.add_argument("--quick", action="store_true", help="fewer and shorter timing rounds")
   ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads(N) in every worker (default 2)")
   ap.add_argument("--timeout", type=float, default=480, help="seconds a worker may run (default 480)")
-  ap.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/zoo_<size>_<time>.json); the PNG goes next to it")
+  ap.add_argument("--out", default=None, help="JSON path or a folder for it (default: benchmarks/results/zoo_<size>_<time>.json); the PNG goes next to it")
   ap.add_argument("--profile", metavar="MODEL", help="list torch_uop's kernels of MODEL by time instead of the benchmark")
   ap.add_argument("--mode", default="infer", choices=MODES, help="the mode --profile runs (default infer)")
   ap.add_argument("--worker", nargs=3, metavar=("MODEL", "MODE", "BACKEND"), help=argparse.SUPPRESS)

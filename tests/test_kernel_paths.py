@@ -7,6 +7,8 @@ import torch.nn.functional as F
 import torch_uop
 from torch_uop.lowering import linalg
 
+FRESH = {"graph_cache": False}  # tests that look at how a graph compiles must not get it from the graph cache
+
 # (batch, channels, height, out channels, kernel, stride, padding, dilation, groups)
 CONV_CASES = [
   (2, 3, 32, 8, 7, 2, 3, 1, 1),     # a stem: 3 channels, 7x7, stride 2
@@ -54,7 +56,8 @@ def test_conv_rows_path_is_taken(monkeypatch):
   for case in (CONV_CASES[1], CONV_CASES[4], CONV_CASES[9]):
     x, w, b, conv = _conv(case)
     torch._dynamo.reset()
-    torch.testing.assert_close(torch.compile(conv, backend="uop")(x, w, b), conv(x, w, b), rtol=1e-4, atol=1e-4)
+    compiled = torch.compile(conv, backend="uop", options=FRESH)   # lowered here, not served from the graph cache
+    torch.testing.assert_close(compiled(x, w, b), conv(x, w, b), rtol=1e-4, atol=1e-4)
   assert len(calls) == 3
 
 
@@ -83,7 +86,7 @@ def test_output_reshape_of_computed_buffer_is_not_copied():
   x = torch.randn(16, 3, 2)
   fn = lambda x: (x * 2).sum(1).reshape(4, 8)
   with torch_uop.debug.capture() as graphs:
-    out = torch.compile(fn, backend="uop")(x)
+    out = torch.compile(fn, backend="uop", options=FRESH)(x)
   torch.testing.assert_close(out, fn(x))
   assert out.shape == (4, 8) and out.is_contiguous()
   assert len(graphs[0].kernels) == 1
@@ -105,7 +108,7 @@ def test_costly_shared_expression_realized_once():
   x = torch.randn(2, 8, 12, 12, requires_grad=True)
   torch._dynamo.reset()
   with torch_uop.debug.capture() as graphs:
-    got = torch.autograd.grad(torch.compile(m, backend="uop")(x).pow(2).sum(), [x, *m.parameters()])
+    got = torch.autograd.grad(torch.compile(m, backend="uop", options=FRESH)(x).pow(2).sum(), [x, *m.parameters()])
   want = torch.autograd.grad(m(x).pow(2).sum(), [x, *m.parameters()])
   for a, e in zip(got, want): torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
   backward = graphs[-1]
