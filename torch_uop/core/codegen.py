@@ -17,7 +17,7 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts, ROW_AXIS_BASE
+from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts, ROW_AXIS_BASE, has_row_reductions
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext
 
@@ -279,11 +279,9 @@ def linearize(sink: UOp) -> list[UOp]:
   rcache: dict = {}
   for n in nodes: _ranges_of(n, rcache)
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
-  if any(r.src[1].arg[0] >= ROW_AXIS_BASE for r in reduces): return _linearize_rows(nodes, rcache)
+  if has_row_reductions(reduces): return _linearize_rows(nodes, rcache)
   reduce_ranges = _order_reduce_ranges(list(reduces[0].src[1:]), nodes, rcache) if reduces else []
-  # output loops in axis order; the thread-split loop is outermost
-  outer_ranges = sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] != "loop"} - set(reduce_ranges),
-                        key=lambda r: (r.arg[1] != "split", r.arg[0]))
+  outer_ranges = _output_ranges(nodes, set(reduce_ranges))
   after_reduce: dict = {}
 
   def depends_on_reduce(u: UOp) -> bool:
@@ -322,6 +320,12 @@ def linearize(sink: UOp) -> list[UOp]:
   return _expand_loops(program, body_nodes, loop_of) if body_nodes or any(n.op is Ops.LOOP for n in program) else program
 
 
+def _output_ranges(nodes: list, reduce_ranges: set) -> list:
+  """The kernel's output loops in axis order, the thread-split loop outermost."""
+  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] != "loop"} - reduce_ranges,
+                key=lambda r: (r.arg[1] != "split", r.arg[0]))
+
+
 def _linearize_rows(nodes: list, rcache: dict) -> list[UOp]:
   """linearize for a kernel with row reductions: every node is placed in the outermost output loop that holds the
   loops it reads, and each reduction (with the reductions sharing its loops) is one block there: accumulators, its
@@ -331,8 +335,7 @@ def _linearize_rows(nodes: list, rcache: dict) -> list[UOp]:
   for n in nodes:
     if n.op is Ops.REDUCE: groups.setdefault(n.src[1:], []).append(n)
   reduce_ranges = {r for key in groups for r in key}
-  outer = sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] != "loop"} - reduce_ranges,
-                 key=lambda r: (r.arg[1] != "split", r.arg[0]))
+  outer = _output_ranges(nodes, reduce_ranges)
   position = {r: d for d, r in enumerate(outer)}
   loop_of = _loop_membership(nodes)
   skip = {Ops.RANGE, Ops.SINK, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.LOOP_VAR}

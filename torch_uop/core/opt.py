@@ -37,6 +37,13 @@ class KernelOpts:
 
 
 ROW_AXIS_BASE = 10000  # axis ids of row reductions' loops (codegen; 16 per reduction)
+
+
+def has_row_reductions(reduces: list) -> bool:
+  """Whether a kernel's REDUCEs include row reductions (loops of their own, schedule.KernelItem.row_reduces)."""
+  return any(r.src[1].arg[0] >= ROW_AXIS_BASE for r in reduces)
+
+
 UPCAST_FACTOR = 4
 VECTOR_BLOCK_FACTOR = 8
 VECTOR_UPCAST = 16   # one AVX-512 register of float32 (two of AVX2)
@@ -106,7 +113,7 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
   ranges = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"}
   all_ranges = [n for n in nodes if n.op is Ops.RANGE]
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
-  if any(r.src[1].arg[0] >= ROW_AXIS_BASE for r in reduces):
+  if has_row_reductions(reduces):
     # row reductions (softmax in one kernel): each loop over a row is left for LLVM to vectorize; upcasting the
     # output would only replicate the elementwise tail
     return KernelOpts((), next((a for a in range(len(out_shape)) if hint(out_shape[a]) >= 2), None))

@@ -222,9 +222,11 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
   while True:
     reach_count: dict = {}
     new = set()
+    row_reduces: dict = {}  # kernel root -> its row reductions, as this pass found them (the last pass's are final)
     for r in [n for n in nodes if n in realized]:
       fused, must, rows = _kernel_reduces(r, realized, row_fusion)
       new |= must
+      row_reduces[r] = frozenset(rows)
       for f in rows: reach_count[f] = reach_count.get(f, 0) + 1
       if fused:
         domain = (fused[0].src[0].shape, fused[0].arg[1])
@@ -253,7 +255,6 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
     elif n in realized and not _is_buffer(n):
       sched.node_slot[n] = slot
       sched.buffers[slot] = BufferInfo(slot, n.shape, n.dtype, 'intermediate', (root_strides or {}).get(n))
-      rows = frozenset(_kernel_reduces(n, realized, row_fusion)[2])
-      sched.items.append(KernelItem(n, slot, sched.node_slot, sched.buffers, row_reduces=rows))
+      sched.items.append(KernelItem(n, slot, sched.node_slot, sched.buffers, row_reduces=row_reduces[n]))
       slot += 1
   return sched

@@ -112,8 +112,8 @@ def _conv2d_over_rows(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tup
       # padded into a buffer of its own, so the phase view is one strided window (a split of a padded view's dims
       # would index it with divisions)
       x = x.pad([(0, 0), (0, 0), (0, hq * sh - x.shape[2]), (0, wq * sw - x.shape[3])]).contiguous()
-      hw, wd = hq * sh * wq * sw, wq * sw
-      x = x.as_strided((n, c, sh, sw, hq, wq), (c * hw, hw, wd, 1, sh * wd, sw)).reshape((n, c * sh * sw, hq, wq))
+      plane, pitch = hq * sh * wq * sw, wq * sw
+      x = x.as_strided((n, c, sh, sw, hq, wq), (c * plane, plane, pitch, 1, sh * pitch, sw)).reshape((n, c * sh * sw, hq, wq))
       w = w.pad([(0, 0), (0, 0), (0, ah * sh - kh), (0, aw * sw - kw)]).reshape((o, cg, ah, sh, aw, sw))
       w = w.permute((0, 1, 3, 5, 2, 4)).reshape((o, cg * sh * sw, ah, aw)).contiguous()
     padding = (0, 0)
