@@ -55,6 +55,15 @@ RTOL, ATOL = 1e-4, 1e-5
 from torch_uop.testing.models import MLP, CNN, Block  # noqa: E402  the reference definitions
 
 
+def text_table(head: list, lines: list, left_first: bool = False) -> str:
+  """Rows of cells under a header, each column right-aligned to its widest cell (the first left-aligned if asked),
+  with a rule of dashes under the header."""
+  widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
+  def row(cells) -> str:
+    return "  ".join(str(c).ljust(w) if left_first and i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+  return "\n".join([row(head), "  ".join("-" * w for w in widths), *(row(line) for line in lines)])
+
+
 def make_case(name: str):
   """-> (model, input, target, description); seeded, so every backend gets identical weights and data."""
   torch.manual_seed(0)
@@ -207,9 +216,7 @@ def fmt_table(rows: list[dict], backends: list[str], descriptions: dict) -> str:
       u = by.get((model, mode, "uop"), {}).get("uop")
       cells += [f"{u['fallback_nodes_total']} ({u['graphs_fallen_back']} whole graphs)" if u else "-"]
     lines.append(cells)
-  widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
-  out = ["  ".join(h.rjust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
-  out += ["  ".join(str(c).rjust(w) for c, w in zip(line, widths)) for line in lines]
+  out = text_table(head, lines).split("\n")
   out.append("")
   out += [f"  {k}: {v}" for k, v in descriptions.items()]
   out.append("  ms = median of the best of several interleaved rounds of timed calls; x = eager ms / compiled ms (>1: faster);")

@@ -244,10 +244,7 @@ def fmt_table(rows: list[dict], backends: list[str]) -> str:
     elif any("gflop_s" in r for r in tput): cells.append(" / ".join(f(r.get("gflop_s"), 1) for r in tput) + " GFLOP/s")
     else: cells.append("")
     lines.append(cells)
-  widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
-  out = ["  ".join(h.rjust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
-  out += ["  ".join(str(c).rjust(w) for c, w in zip(line, widths)) for line in lines]
-  return "\n".join(out)
+  return bm.text_table(head, lines)
 
 
 def save_chart(path: str, rows: list[dict], backends: list[str]) -> str | None:

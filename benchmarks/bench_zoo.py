@@ -293,7 +293,7 @@ def fmt_table(rows: list[dict], mode: str, backends: list[str], kernels: bool) -
     for b, r in zip(backends, rs):
       if "ms" not in r: cells.append("ERROR" if "error" in r else "-"); continue
       cells.append(f"{r['ms']:.3f}" + (f" ({fmt(r.get('speedup'))})" if b != "eager" else ""))
-    u, i = by.get((n, "uop"), {}), by.get((n, "inductor"), {})
+    u = by.get((n, "uop"), {})
     if "uop" in compiled and "inductor" in compiled: cells.append(fmt(u.get("vs_inductor")))
     if compiled:
       cs = [by.get((n, b), {}) for b in compiled]
@@ -308,10 +308,7 @@ def fmt_table(rows: list[dict], mode: str, backends: list[str], kernels: bool) -
       m = u.get("uop")
       cells.append("-" if not m else str(m["fallback_nodes_total"]) + (f" ({m['graphs_fallen_back']} graphs)" if m["graphs_fallen_back"] else ""))
     lines.append(cells)
-  widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
-  out = ["  ".join(h.rjust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
-  out += ["  ".join(str(c).rjust(w) for c, w in zip(line, widths)) for line in lines]
-  return "\n".join(out)
+  return bm.text_table(head, lines)
 
 
 def save_chart(path: str, rows: list[dict], backends: list[str]) -> str | None:
@@ -445,10 +442,7 @@ def profile_main(name: str, mode: str, size: str, top: int = 25) -> int:
       missing += not step.startswith("fallback ")
       cells += ["-"] * 6
     lines.append(cells)
-  widths = [max(len(str(c)) for c in col) for col in zip(head, *lines)]
-  print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))))
-  print("  ".join("-" * w for w in widths))
-  for line in lines: print("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(line, widths))))
+  print(bm.text_table(head, lines, left_first=True))
 
   kernel_steps = {k: v for k, v in steps.items() if not k.startswith("fallback ")}
   fallback_steps = {k: v for k, v in steps.items() if k.startswith("fallback ")}
