@@ -163,6 +163,59 @@ def test_training_step_matches_eager():
   assert torch_uop.metrics()["kernels_launched"] > 0
 
 
+def test_training_forward_saves_weight_views_not_copies():
+  """A saved weight's transpose (a forward output that is a strided view of a graph input) is handed out as that
+  view of the input, as eager's autograd saves it: no copy kernel, the parameter's own storage."""
+  torch.manual_seed(0)
+  model = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.GELU(), torch.nn.Linear(24, 8))
+  x = torch.randn(6, 16)
+  torch._dynamo.reset()
+  with capture() as graphs:
+    step = torch.compile(lambda x: model(x).square().sum(), backend="uop")
+    step(x).backward()
+  grads = [p.grad.clone() for p in model.parameters()]
+  forward = graphs[0]
+  aliases = [v for kind, v, _ in forward.outputs if kind == "alias"]
+  weights = {p.data_ptr() for p in model.parameters() if p.dim() == 2}
+  assert aliases  # the transposed weights the backward reads
+  for p in model.parameters(): p.grad = None
+  (lambda x: model(x).square().sum())(x).backward()
+  for g, p in zip(grads, model.parameters()): torch.testing.assert_close(g, p.grad)
+  # the general call path hands out the same views
+  for p in model.parameters(): p.grad = None
+  with torch_uop.debug.profile(): step(x).backward()
+  for g, p in zip(grads, model.parameters()): torch.testing.assert_close(g, p.grad)
+  # called directly (AOTAutograd's primals: the parameters and the input, in the order the graph uses them), each
+  # alias is a parameter's storage
+  pool = [p.detach() for p in model.parameters()] + [x]
+  args = [next(a for a in pool if tuple(a.shape) == spec.shape) for spec in forward.inputs]
+  outs = forward(list(args))
+  shared = [outs[i].untyped_storage().data_ptr() for i, (kind, _, _) in enumerate(forward.outputs) if kind == "alias"]
+  assert len(shared) == len(aliases) and set(shared) <= weights
+
+
+def test_large_outputs_get_huge_page_advice(monkeypatch):
+  """Buffers of HUGE_PAGE_MIN_BYTES or more are advised (whole 2 MB pages inside them) before a kernel writes
+  them; the values are eager's whether or not the kernel grants huge pages."""
+  from torch_uop.runtime import memory
+  calls = []
+  monkeypatch.setattr(executor, "huge_page_advisor", lambda: True)
+  monkeypatch.setattr(executor, "advise_huge_pages", lambda ptr, n: calls.append((ptr, n)))
+  x = torch.randn(1 << 21)  # 8 MB in, 8 MB out
+  f, _ = compiled(lambda x: x * 2 + 1, x)
+  calls.clear()
+  out = f(x)
+  torch.testing.assert_close(out, x * 2 + 1)
+  assert calls == [(out.data_ptr(), out.nbytes)]
+  small = torch.randn(1000)
+  calls.clear()
+  f2, _ = compiled(lambda x: x * 3, small)
+  f2(small)
+  assert calls == []
+  memory.advise_huge_pages(x.data_ptr() + 1, 5 << 20)  # the real call, unaligned: never raises
+  memory.advise_huge_pages(x.data_ptr(), 100)  # no whole huge page inside: nothing to do
+
+
 # ------------------------------------------------------------------ LLVM modules compiled side by side
 
 def test_modules_to_compile_go_in_balanced_batches():

@@ -40,6 +40,7 @@ from torch_uop.lowering.graph import LoweredGraph, TensorRef
 from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported, parallel_entry_ir, openmp_supported, \
     compile_workers
 from torch_uop.runtime import threads
+from torch_uop.runtime.memory import advise_huge_pages, huge_page_advisor, HUGE_PAGE_MIN_BYTES
 from torch_uop import counters as _metrics
 
 
@@ -102,7 +103,8 @@ class GraphPlan:
   storage_offset_guards: list
   buffers: dict
   steps: list              # ("kernel", KernelStep) | ("fallback", FallbackStep)
-  outputs: list            # ("tensor", slot, shape) | ("input", index, None) | ("value", v, None)
+  outputs: list            # ("tensor", slot, shape) | ("input", index, None) | ("alias", (slot, strides, offset), shape)
+                           # | ("value", v, None)
   complex_outputs: set
   release: list            # per step: slots dead after it
   arena_offsets: dict
@@ -150,8 +152,11 @@ class CompiledGraph:
     roots, root_strides = [], {}
     outputs = []
     strides_of = lowered.output_strides or [None] * len(lowered.outputs)
-    for (kind, v), want in zip(lowered.outputs, strides_of):
+    for (kind, v), want, is_complex in zip(lowered.outputs, strides_of, lowered.output_complex):
       shape = v.shape if kind == "tensor" else None
+      if kind == "tensor" and not is_complex and (alias := _input_alias(v.uop, want)) is not None:
+        outputs.append(("alias", alias, shape))  # a strided view of a graph input (a saved weight's transpose)
+        continue
       if kind == "tensor":
         # a contiguous reshape of a computed node is that node's buffer, handed out as a view: no copy kernel
         if (base := _reshaped_from(v.uop)) is not None and (want is None or _same_strides(shape, want, contiguous_strides(shape))):
@@ -412,7 +417,9 @@ class CompiledGraph:
     if self.complex_outputs or any(spec is not None and spec.is_complex for spec in self.inputs):
       return None, self._call_general
     env = {"general": self._call_general, "empty": self._allocator(), "launch": threads.launch, "M": _metrics,
-           "lock": self._arena_lock}
+           "lock": self._arena_lock, "advise": advise_huge_pages}
+    # a large buffer fresh from the OS is faulted in by its first kernel: in huge pages if asked for first
+    huge = (lambda nbytes: nbytes >= HUGE_PAGE_MIN_BYTES) if self.target.kind == "cpu" and huge_page_advisor() else (lambda nbytes: False)
     def const(value, prefix: str) -> str:
       name = f"{prefix}{len(env)}"
       env[name] = value
@@ -434,6 +441,7 @@ class CompiledGraph:
     if self.arena_offsets:
       if arena is None:
         body.append(f"arena = empty(({self.arena_bytes},), (1,), {const(torch.uint8, 'D')}); base = arena.data_ptr()")
+        if huge(self.arena_bytes): body.append(f"advise(base, {self.arena_bytes})")
       else:
         lines.append("  if not lock.acquire(False): return general(args)  # the kept arena is in use (another thread)")
     # each buffer a kernel reads or writes gets its address once, as p<slot>: an int, an arena constant or an offset
@@ -449,6 +457,7 @@ class CompiledGraph:
         if out_slot not in self.arena_offsets:
           body.append(f"b{out_slot} = empty({tuple(shape)!r}, {tuple(strides)!r}, {const(dtype, 'D')})")
           body += addresses([out_slot])
+          if huge(nbytes := _nbytes(self.buffers[out_slot])): body.append(f"advise(p{out_slot}, {nbytes})")
         if not empty:
           args = ", ".join(ptr(s) for s in slots)
           if max_threads > 1:
@@ -479,6 +488,7 @@ class CompiledGraph:
         if produced_by_kernel and tuple(self.buffers[v].shape) == tuple(shape): outs.append(f"b{v}")
         else: outs.append(f"(b{v}.view({tuple(shape)!r}) if b{v}.shape != {tuple(shape)!r} else b{v})")
       elif kind == "input": outs.append(f"args[{v}]")
+      elif kind == "alias": outs.append(f"b{v[0]}.as_strided({tuple(shape)!r}, {v[1]!r}, b{v[0]}.storage_offset() + {v[2]})")
       else: outs.append(const(v, "C"))
     lines += [f"  outs = [{', '.join(outs)}]", "  args.clear()", "  return outs"]
     source = "\n".join(lines) + "\n"
@@ -503,6 +513,8 @@ class CompiledGraph:
       if kind == "kernel":
         fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry, split_arg = payload
         bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype, device=self.target.torch_device)
+        if self.target.kind == "cpu" and (nbytes := _nbytes(self.buffers[out_slot])) >= HUGE_PAGE_MIN_BYTES:
+          advise_huge_pages(bufs[out_slot].data_ptr(), nbytes)
         if not empty:
           threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry, par_entry, split_arg)
       else:
@@ -524,6 +536,7 @@ class CompiledGraph:
     for kind, v, shape in self.outputs:
       if kind == "tensor": outs.append(bufs[v].view(shape) if bufs[v].shape != shape else bufs[v])
       elif kind == "input": outs.append(args[v])
+      elif kind == "alias": outs.append(bufs[v[0]].as_strided(shape, v[1], bufs[v[0]].storage_offset() + v[2]))
       else: outs.append(v)
     for i in self.complex_outputs: outs[i] = torch.view_as_complex(outs[i])
     args.clear()
@@ -648,6 +661,18 @@ def _reshaped_from(u: UOp) -> UOp | None:
   if base.op in (Ops.BUFFER, Ops.CONST) or base.dtype != u.dtype or not known_equal(math.prod(u.shape), math.prod(base.shape)):
     return None
   return base
+
+
+def _input_alias(u: UOp, want: tuple | None) -> tuple | None:
+  """(input slot, strides, offset) when `u` is a plain strided view of a graph input (no mask, no negative or symbolic
+  stride) in the layout eager gives it (`want`): the output is then that view of the input, as in eager, not a copy."""
+  if u.op is not Ops.VIEW or len(u.arg.views) != 1: return None
+  base, view = u.src[0], u.arg.views[0]
+  if base.op is not Ops.BUFFER or base.src or base.dtype != u.dtype or view.mask is not None: return None
+  if not all(isinstance(x, int) for x in (*view.shape, *view.strides, view.offset)) or min(view.strides, default=0) < 0:
+    return None
+  if want is not None and not _same_strides(view.shape, want, view.strides): return None
+  return base.arg[0], tuple(view.strides), view.offset
 
 
 def _same_strides(shape: tuple, a: tuple, b: tuple) -> bool:
