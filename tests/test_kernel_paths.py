@@ -1,6 +1,6 @@
 """The fast kernel paths against eager: convolution over padded rows (stride 1, strided through space to depth,
 dilated, grouped, depthwise), its weight gradient as a GEMM over im2col rows, register tiles that do not divide
-their axis, a graph output that is a reshape of a computed buffer, and an expensive expression shared by kernels."""
+their axis, the loop order of a GEMM with a big weight, a graph output that is a reshape of a computed buffer, and an expensive expression shared by kernels."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -80,6 +80,20 @@ def test_matmul_partial_register_tiles(m, k, n):
   for fn in (lambda a, b, bias: F.linear(a, b, bias), lambda a, b, bias: torch.addmm(bias, a, b.T.contiguous())):
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(fn, backend="uop")(a, b, bias), fn(a, b, bias), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m,k,n,columns_outer", [(16, 256, 1536, True), (1536, 256, 16, False), (64, 64, 64, False)])
+def test_gemm_loop_order_streams_the_big_operand_once(m, k, n, columns_outer):
+  """x @ W.T with a weight bigger than L2 and few rows runs the column loop outermost (and split among threads), so
+  the weight streams once; with the big operand on the rows, or both small, rows stay outermost."""
+  torch.manual_seed(0)
+  x, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+  fn = lambda x, w, bias: F.silu(F.linear(x, w, bias)) * F.linear(x, w * 0.5)  # two GEMMs in one kernel, as in a gated MLP
+  with torch_uop.debug.capture() as graphs:
+    out = torch.compile(fn, backend="uop", options=FRESH)(x, w, bias)
+  torch.testing.assert_close(out, fn(x, w, bias), rtol=1e-4, atol=1e-4)
+  gemm = next(k for k in graphs[0].kernels if any(u.op.name == "REDUCE" for u in k.ast.toposort()))
+  assert gemm.opts.split_axis == (1 if columns_outer else 0)
 
 
 def test_output_reshape_of_computed_buffer_is_not_copied():

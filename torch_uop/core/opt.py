@@ -159,8 +159,34 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
         upcast.append((axis, factor))
   factors = dict(upcast)
   # (a symbolic size is at least 2 when its variable's range says so; otherwise the split is a guarded decision)
-  split = next((a for a in range(len(out_shape)) if out_shape[a] // factors.get(a, 1) >= 2), None)
+  looped = [a for a in range(len(out_shape)) if out_shape[a] // factors.get(a, 1) >= 2]
+  split = _outermost_axis(looped, ranges, nodes, reduces) if reduces and len(looped) >= 2 else next(iter(looped), None)
   return KernelOpts(tuple(sorted(upcast)), split, vector_axis)
+
+
+SWEEP_CACHE_BYTES = 1 << 20  # an operand this small stays in a core's L2 cache while the loops sweep it again
+
+
+def _outermost_axis(looped: list, ranges: dict, nodes: list, reduces: list) -> int:
+  """The output axis to run outermost, which is also the one split among threads (codegen puts the split loop
+  first, the other output loops inside it in axis order). This is the first looped axis unless a later one moves
+  operands bigger than L2 (the weight of x @ W.T when the layer is wide and there are few rows). In that case the
+  later axis goes outermost, so the big operand streams from memory once and the small one is swept from cache."""
+  reduce_ranges = {r for red in reduces for r in red.src[1:]}
+  cache: dict = {}
+  operands = [ld for ld in nodes if ld.op is Ops.LOAD and any(_depends_on(ld.src[1], r, cache) for r in reduce_ranges)]
+
+  def footprint(axis: int) -> int:  # bytes of the operands whose addresses move along this axis
+    r = ranges.get(axis)
+    if r is None: return 0
+    total = 0
+    for ld in operands:
+      lo, hi = ld.src[1].vmin, ld.src[1].vmax
+      if _depends_on(ld.src[1], r, cache) and isinstance(lo, int) and isinstance(hi, int): total += (hi - lo + 1) * ld.dtype.itemsize
+    return total
+  first = looped[0]
+  best = max(looped, key=footprint)
+  return best if footprint(best) > max(SWEEP_CACHE_BYTES, footprint(first)) else first
 
 
 GPU_UPCAST = 4             # the most one output axis is upcast by in a GPU work-item
