@@ -147,3 +147,24 @@ def test_embedding_gradient_with_repeated_indices(n, vocab, padding_idx):
   want, = torch.autograd.grad(fn(w, idx), [w])
   torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
   assert torch_uop.metrics()["fallback_nodes_total"] == 0
+
+
+@pytest.mark.parametrize("heads,length,head_size", [(2, 64, 16), (3, 48, 64), (2, 40, 16), (1, 32, 128)])
+def test_attention_scores_with_short_head_size(heads, length, head_size):
+  """q @ k.T over a head size below linalg.SHORT_REDUCE reads k laid out along the keys (SIMD along N, when the keys
+  are whole vectors); forward and gradients match eager."""
+  torch.manual_seed(0)
+  q, k = (torch.randn(heads, length, head_size, requires_grad=True) for _ in range(2))
+  fn = lambda q, k: torch.softmax(q @ k.transpose(-1, -2) / head_size ** 0.5, -1)
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    got = torch.compile(fn, backend="uop", options=FRESH)(q, k)
+  torch.testing.assert_close(got, fn(q, k), rtol=1e-4, atol=1e-5)
+  g = torch.randn_like(got)
+  gq, gk = torch.autograd.grad(got, (q, k), g)
+  eq, ek = torch.autograd.grad(fn(q, k), (q, k), g)
+  torch.testing.assert_close(gq, eq, rtol=1e-4, atol=1e-5)
+  torch.testing.assert_close(gk, ek, rtol=1e-4, atol=1e-5)
+  scores = next(k for k in graphs[0].kernels if any(u.op.name == "REDUCE" for u in k.ast.toposort()))
+  along_n = head_size < linalg.SHORT_REDUCE and length % 16 == 0
+  assert (scores.opts.vector_axis is not None) == along_n

@@ -14,6 +14,7 @@ from torch_uop.core.uop import Ops
 from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.core.sym import is_sym
+from torch_uop.core.opt import VECTOR_UPCAST
 
 aten = torch.ops.aten
 
@@ -24,11 +25,26 @@ def _indexable(x: LT) -> LT:
   return x.contiguous() if x.uop.op is Ops.VIEW and len(x.uop.arg.views) > 1 else x
 
 
+SHORT_REDUCE = 128  # a GEMM reducing over fewer elements than this gets its SIMD along N, not along K
+
+
+def _contiguous_along_k(b: LT) -> bool:
+  """Whether b [.., K, N] is read contiguously along K (a transposed view, such as attention's k.transpose(-1, -2))."""
+  if b.uop.op is not Ops.VIEW or len(b.uop.arg.views) != 1: return False
+  strides = b.uop.arg.views[0].strides
+  return strides[-2] == 1 and strides[-1] != 1
+
+
 def matmul(a: LT, b: LT) -> LT:
   """Batched matmul over the last two dims; batch dims must already match."""
   a, b = _indexable(a), _indexable(b)
   *batch, m, k = a.shape
+  # with a short K (attention scores at head size 16 to 64), SIMD along K would spend more on each output's horizontal
+  # sum than on its products: b laid out along N (one pass over it, N x K elements) gives SIMD along N instead
+  # (only when N is whole vectors: the optimizer puts no SIMD on an axis with a partial last vector)
   n = b.shape[-1]
+  if not is_sym(k) and not is_sym(n) and k < SHORT_REDUCE and n % VECTOR_UPCAST == 0 and _contiguous_along_k(b):
+    b = b.contiguous()
   acc = compute_dtype(a.dtype)
   a3 = a.cast(acc).reshape((*batch, m, 1, k)).expand((*batch, m, n, k))
   b3 = b.cast(acc).transpose(-1, -2).reshape((*batch, 1, n, k)).expand((*batch, m, n, k))
