@@ -168,3 +168,27 @@ def test_attention_scores_with_short_head_size(heads, length, head_size):
   scores = next(k for k in graphs[0].kernels if any(u.op.name == "REDUCE" for u in k.ast.toposort()))
   along_n = head_size < linalg.SHORT_REDUCE and length % 16 == 0
   assert (scores.opts.vector_axis is not None) == along_n
+
+
+@pytest.mark.parametrize("cols,cached", [(256, True), (16384, False)])
+def test_softmax_row_keeps_its_exponentials(cols, cached):
+  """Softmax's exp(x - max) is computed once per element: the sum's loop stores it to a scratch row that the output
+  pass reads back (codegen._cache_row_values), unless the row is longer than ROW_CACHE_BYTES. NaN, +-inf and
+  all -inf rows give eager's answers either way."""
+  from torch_uop.core import codegen
+  from torch_uop.core.uop import Ops
+  torch.manual_seed(0)
+  x = torch.randn(6, cols) * 4
+  x[1, 3] = float("nan"); x[2, :] = float("-inf"); x[3, 5] = float("inf"); x[4, 7] = float("-inf")
+  fns = [lambda x: torch.softmax(x * 0.5, -1), lambda x: torch.log_softmax(x, -1), lambda x: torch.softmax(x, 0)]
+  for fn in fns:
+    torch._dynamo.reset()
+    with torch_uop.debug.capture() as graphs:
+      got = torch.compile(fn, backend="uop", options=FRESH)(x)
+    torch.testing.assert_close(got, fn(x), equal_nan=True)
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    torch.compile(fns[0], backend="uop", options=FRESH)(x)
+  scratch = [u for k in graphs[0].kernels for u in k.program if u.op is Ops.DEFINE_LOCAL]
+  assert len(scratch) == (1 if cached else 0)
+  assert cols * 4 > codegen.ROW_CACHE_BYTES or cached

@@ -117,14 +117,16 @@ def kernel_work(graph) -> dict:
 
 def _ast_counts(ast) -> tuple[dict, int | None]:
   """({buffer slot: elements its loads fetch per call}, FLOPs per call or None without reductions) of a kernel AST.
-  A node runs once per iteration of the loops it depends on (codegen hoists it out of the others); a loop whose
-  trip count is symbolic or data counts once."""
+  A node runs once per iteration of the loops it depends on (codegen hoists it out of the others; a reduction's
+  result no longer depends on the loops it reduces over, so softmax's sum runs once per row, not per element); a
+  loop whose trip count is symbolic or data counts once."""
   import math
   from torch_uop.core.uop import Ops
   nodes = ast.toposort()
   ranges: dict = {}
   for u in nodes:
-    ranges[u] = frozenset().union(*(ranges[s] for s in u.src)) | ({u} if u.op is Ops.RANGE else frozenset())
+    deps = frozenset().union(*(ranges[s] for s in u.src)) | ({u} if u.op is Ops.RANGE else frozenset())
+    ranges[u] = deps - frozenset(u.src[1:]) if u.op is Ops.REDUCE else deps
 
   def runs(u) -> int:
     return math.prod(r.src[0].arg for r in ranges[u] if r.src[0].op is Ops.CONST)
@@ -136,5 +138,5 @@ def _ast_counts(ast) -> tuple[dict, int | None]:
   for u in nodes:
     if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: loads[u.src[0].arg] = loads.get(u.src[0].arg, 0) + runs(u)
   reduces = [u for u in nodes if u.op is Ops.REDUCE]
-  flops = sum((2 if u.arg is Ops.ADD and is_product(u.src[0]) else 1) * runs(u) for u in reduces) if reduces else None
+  flops = sum((2 if u.arg is Ops.ADD and is_product(u.src[0]) else 1) * runs(u.src[0]) for u in reduces) if reduces else None
   return loads, flops

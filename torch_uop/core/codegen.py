@@ -11,6 +11,7 @@ Nothing here knows about LLVM or torch.
 """
 from __future__ import annotations
 import itertools
+import math
 from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite, substitute
 from torch_uop.core.dtypes import DType, dtypes
@@ -196,6 +197,40 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
   return simplify(UOp(Ops.SINK, dtypes.void, tuple(stores))), ev
 
 
+ROW_CACHE_BYTES = 32 << 10  # the most a row's cached values may take (the kernel's stack; with the row, in L1)
+_COSTLY = {Ops.MATH, Ops.FDIV}
+
+
+def _cache_row_values(ast: UOp) -> UOp:
+  """A row reduction's summand that the pass over the row after it computes again (softmax's exp(x - max), which
+  the sum adds up and the output divides) is stored to a scratch array in the reduction's loop and loaded back
+  there, when it is costly (a math function or a division) and the row fits ROW_CACHE_BYTES: one exp per element
+  instead of two. The later pass's copy is found as the summand with each reduce loop replaced by the output loop
+  of the same axis."""
+  nodes = ast.toposort()
+  outputs = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] in ("global", "split")}
+  present = set(nodes)
+  mapping, stores = {}, []
+  for red in (n for n in nodes if n.op is Ops.REDUCE and has_row_reductions([n])):
+    value, ranges = red.src[0], red.src[1:]
+    axes = [(r.arg[0] - ROW_AXIS_BASE) % 16 for r in ranges]  # (codegen numbers a row reduction's loops so)
+    if not any(n.op in _COSTLY for n in value.toposort()) or not all(a in outputs for a in axes): continue
+    sizes = [r.src[0].arg for r in ranges]
+    if any(outputs[a].src[0] is not r.src[0] for a, r in zip(axes, ranges)): continue  # an upcast output loop
+    elements = 1
+    for n in sizes: elements *= n
+    if elements * value.dtype.itemsize > ROW_CACHE_BYTES: continue
+    again = substitute(value, {r: outputs[a] for a, r in zip(axes, ranges)})
+    if again not in present or again in mapping: continue
+    local = UOp(Ops.DEFINE_LOCAL, value.dtype, (), (len(stores), elements))
+    flat = lambda rs: _strided(rs, [math.prod(sizes[i + 1:]) for i in range(len(sizes))])
+    stores.append(UOp(Ops.STORE, dtypes.void, (local, flat(ranges), value)))
+    mapping[again] = UOp(Ops.LOAD, value.dtype, (UOp(Ops.AFTER, value.dtype, (local, red)), flat([outputs[a] for a in axes])))
+  if not mapping: return ast
+  ast = substitute(ast, mapping)
+  return ast.replace(src=ast.src + tuple(stores))
+
+
 def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:
   """The AST with output loop `split_axis` marked as the thread-split loop (what _kernel_ast does for it)."""
   loops = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg == (split_axis, "global")]
@@ -213,6 +248,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
     # without upcasts the kernel is the plain AST with its split loop relabeled: no second build
     if not opts.upcast and opts.vector_axis is None: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
   if ast is None: ast, ev = _kernel_ast(item, opts)
+  if item.row_reduces: ast = _cache_row_values(ast)
   # polynomial exp/erf vectorize on the CPU; a GPU-style device has its own math functions (and rounds to bf16 itself)
   if device_kind == "cpu": ast = graph_rewrite(ast, transcendental)
   if item.size_vars is not None: ast = _divided_variables(ast, item, opts)
@@ -338,7 +374,7 @@ def _linearize_rows(nodes: list, rcache: dict) -> list[UOp]:
   outer = _output_ranges(nodes, reduce_ranges)
   position = {r: d for d, r in enumerate(outer)}
   loop_of = _loop_membership(nodes)
-  skip = {Ops.RANGE, Ops.SINK, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.LOOP_VAR}
+  skip = {Ops.RANGE, Ops.SINK, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.LOOP_VAR}
   body_nodes = [n for n in nodes if loop_of[n] and n.op not in skip]
   order = {n: i for i, n in enumerate(nodes)}
   # each node's item: the reduction block it is computed in (the block's key), or itself
@@ -381,7 +417,7 @@ def _linearize_rows(nodes: list, rcache: dict) -> list[UOp]:
     out += [UOp(Ops.ASSIGN, r.dtype, (acc, r.src[0]), r.arg) for acc, r in zip(accs, reds)]
     out += [UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(ranges)]
     return out + reds
-  program: list[UOp] = [n for n in nodes if n.op is Ops.DEFINE_GLOBAL]
+  program: list[UOp] = [n for n in nodes if n.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL)]
   for d in range(-1, len(outer)):
     if d >= 0: program.append(outer[d])
     for it in at_depth.get(d, []): program += emit(it)

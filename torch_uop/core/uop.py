@@ -33,6 +33,8 @@ class Ops(enum.Enum):
   LOOP_VAR = enum.auto()
   # kernel level
   DEFINE_GLOBAL = enum.auto()  # kernel argument pointer; arg=slot
+  DEFINE_LOCAL = enum.auto()   # scratch array private to one kernel call (CPU: on its stack); arg=(id, elements)
+  AFTER = enum.auto()          # src=(DEFINE_LOCAL, u): that array, read only once u is computed (an ordering edge)
   RANGE = enum.auto()          # loop variable; src=(size,), arg=(axis id, kind)
   LOAD = enum.auto()           # src=(buffer, index[, valid])
   STORE = enum.auto()          # src=(buffer, index, value)

@@ -128,6 +128,11 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
     op = u.op
     if op is Ops.DEFINE_GLOBAL:
       f.names[u] = f"%b{arg_of[u.arg]}"
+    elif op is Ops.DEFINE_LOCAL:
+      f.allocas.append(f"%l{u.arg[0]} = alloca [{u.arg[1]} x {'i8' if u.dtype.is_bool else LLVM_TYPE[u.dtype]}], align 64")
+      f.names[u] = f"%l{u.arg[0]}"
+    elif op is Ops.AFTER:
+      f.names[u] = f.names[u.src[0]]
     elif op is Ops.DEFINE_VAR:  # a size variable: element arg[3] of the kernel's size-variable buffer (src[0])
       ptr, val = f.tmp(), f.tmp()
       f.emit(f"{ptr} = getelementptr inbounds i64, ptr {f.value(u.src[0])}, i64 {u.arg[3]}")
