@@ -1,6 +1,6 @@
 """Checks against eager for the misc lowerings (torch_uop/lowering/misc.py) and the dtype/argument
 cases added to existing ones: small unstable sorts of any dtype, integer avg pooling, nextafter of half
-types, as_strided storage offsets, bilinear, tril/triu_indices, nonzero_static, mode. Each asserts that
+types, as_strided storage offsets and intermediates, bilinear, tril/triu_indices, nonzero_static, mode. Each asserts that
 no node fell back to ATen (check_against_eager), except where the fallback is the point."""
 from __future__ import annotations
 import pytest
@@ -69,6 +69,15 @@ def test_as_strided_offsets():
   check_against_eager(lambda x: torch.as_strided(x, (1,), (1,), 0) + 1, torch.randn(1))
   # before x's first element: not addressable from its buffer, falls back (and stays right)
   check_against_eager(lambda x: torch.as_strided(x, (2,), (1,), 1) * 2, x, expect_native=False)
+
+
+def test_as_strided_over_intermediates():
+  """as_strided of a value computed in the graph reads eager's storage of it: an expanded value's storage holds each
+  element once, a transposed one's is its untransposed order (as in adaptive_avg_pool2d's backward at 1x1)."""
+  x = torch.randn(4, 5)
+  check_against_eager(lambda x: torch.as_strided((x + 1)[None].expand(3, 4, 5), (5, 2), (1, 5)) * 2, x)
+  check_against_eager(lambda x: torch.as_strided((x * 2).t(), (2, 6), (6, 1), 3) + 1, x)
+  check_against_eager(lambda x: torch.as_strided((x * 2)[:, None].expand(4, 3, 5).permute(2, 1, 0), (10,), (2,)), x)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])

@@ -15,9 +15,8 @@ from torch_uop.testing import zoo
 RTOL, ATOL_SCALE = 1e-4, 1e-4
 
 MODELS = ["gpt2", "llama", "qwen2", "bert", "t5_encoder", "vit", "resnet18", "deit_tiny", "convnext_atto"]
-# the last stage of tiny ConvNeXt is 1x1: the backward of adaptive_avg_pool2d(x, 1) there reads
-# as_strided(zeros, ...), which torch_uop runs by ATen ("as_strided of a view inside the graph")
-KNOWN_FALLBACKS = {("convnext_atto", "train"): "as_strided over a full() in adaptive_avg_pool2d's backward falls back"}
+# (model, mode) -> why it falls back, for a strict xfail; none now
+KNOWN_FALLBACKS: dict = {}
 
 
 def run(mode: str, model, inputs, module=None):

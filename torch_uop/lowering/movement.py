@@ -9,6 +9,7 @@ from torch_uop.core.dtypes import dtypes
 from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.core.uop import Ops
 from torch_uop.lowering.tensor import LT, compute_dtype
+from torch_uop.core.sym import is_sym
 
 aten = torch.ops.aten
 
@@ -150,6 +151,22 @@ def select_scatter(ctx, x, src, dim, index):
   return inside.where(src.cast(x.dtype).pad(pads), x)
 
 
+def _eager_storage(x: LT, val: torch.Tensor) -> LT | None:
+  """x's elements in the order eager stores them, from its eager layout (`val`): broadcast (stride 0) dims taken
+  once, the others by decreasing stride. Only for a layout that covers its storage densely from its first element
+  (an expanded or permuted intermediate, such as adaptive_avg_pool2d's backward expanding its gradient); else None."""
+  if any(is_sym(n) for n in (*val.shape, *val.stride())): return None
+  shape, strides = tuple(val.shape), tuple(val.stride())
+  base = x.shrink(tuple((0, 1) if st == 0 else (0, n) for n, st in zip(shape, strides)))
+  dims = sorted((d for d in range(len(shape)) if strides[d] != 0 and shape[d] != 1), key=lambda d: -strides[d])
+  expected = 1
+  for d in reversed(dims):
+    if strides[d] != expected: return None
+    expected *= shape[d]
+  rest = [d for d in range(len(shape)) if d not in dims]
+  return base.permute(tuple(rest + dims)).reshape((expected,))
+
+
 @register(aten.as_strided.default)
 def as_strided(ctx, x, size, stride, storage_offset=None):
   """A strided window over x's storage. Offsets are taken relative to x's first element (its data_ptr,
@@ -164,7 +181,8 @@ def as_strided(ctx, x, size, stride, storage_offset=None):
       if ctx.graph is None: raise Unsupported("as_strided with an offset needs a storage offset guard")
       ctx.graph.guard_storage_offset(x.uop.src[0].arg[0], val.storage_offset())
   elif x.uop.op is not Ops.VIEW or x.uop.arg.is_contiguous: storage = x.reshape((x.numel(),))
-  else: raise Unsupported("as_strided of a view inside the graph (its storage is not materialized)")
+  elif (storage := _eager_storage(x, val)) is None:
+    raise Unsupported("as_strided of a view inside the graph (its storage is not materialized)")
   last = rel + sum((n - 1) * st for n, st in zip(size, stride)) if all(size) else rel
   if rel < 0 or last >= max(storage.numel(), 1) or any(st < 0 for st in stride):
     raise Unsupported("as_strided outside the input's elements")
