@@ -50,7 +50,8 @@ def embedding_dense_backward(ctx, grad, indices, num_weights, padding_idx, scale
   d = grad.shape[-1]
   n = indices.numel()
   acc = compute_dtype(grad.dtype)
-  if not is_sym(n) and not is_sym(d) and n <= EMBEDDING_GRAD_MAX_TOKENS:
+  # by token: N x N x D adds; by table row: V x N x D (the cheaper one: a token-type table has 2 rows)
+  if not is_sym(n) and not is_sym(d) and n <= EMBEDDING_GRAD_MAX_TOKENS and n < num_weights:
     return _embedding_grad_by_token(grad.cast(acc).reshape((n, d)), indices.reshape((n,)), num_weights,
                                     padding_idx).cast(ctx.dtype)
   g = grad.cast(acc).reshape((n, 1, d))                   # [N, 1, D]
