@@ -192,3 +192,25 @@ def test_softmax_row_keeps_its_exponentials(cols, cached):
   scratch = [u for k in graphs[0].kernels for u in k.program if u.op is Ops.DEFINE_LOCAL]
   assert len(scratch) == (1 if cached else 0)
   assert cols * 4 > codegen.ROW_CACHE_BYTES or cached
+
+
+@pytest.mark.parametrize("n,c,h,o,k", [(1, 3, 64, 48, 16), (2, 3, 35, 16, 4), (1, 8, 12, 8, 2)])
+def test_patch_embedding_is_one_gemm(n, c, h, o, k):
+  """A convolution with kernel == stride and no padding (ViT's patch embedding, ConvNeXt's stem; 35 leaves a
+  remainder the convolution drops) is a GEMM over the input cut into patches, reducing over c*k*k taps; forward
+  and gradients match eager."""
+  torch.manual_seed(0)
+  x = torch.randn(n, c, h, h + 1, requires_grad=True)
+  w = torch.randn(o, c, k, k, requires_grad=True)
+  b = torch.randn(o, requires_grad=True)
+  fn = lambda x, w, b: F.conv2d(x, w, b, stride=k)
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    got = torch.compile(fn, backend="uop", options=FRESH)(x, w, b)
+  torch.testing.assert_close(got, fn(x, w, b), rtol=1e-4, atol=1e-4)
+  g = torch.randn_like(got)
+  for a, e in zip(torch.autograd.grad(got, (x, w, b), g), torch.autograd.grad(fn(x, w, b), (x, w, b), g)):
+    torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+  reduce_lengths = {r.src[0].arg for kern in graphs[0].kernels for u in kern.ast.toposort() if u.op.name == "REDUCE"
+                    for r in u.src[1:]}
+  assert reduce_lengths == {c * k * k}

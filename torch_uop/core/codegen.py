@@ -15,12 +15,12 @@ import math
 from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite, substitute
 from torch_uop.core.dtypes import DType, dtypes
-from torch_uop.core.shapetracker import unflatten
+from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
 from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts, ROW_AXIS_BASE, has_row_reductions
 from torch_uop.core.transcendental import transcendental
-from torch_uop.core.sym import Sym, SizeContext
+from torch_uop.core.sym import Sym, SizeContext, known_equal
 
 IDX = dtypes.index
 LOOP_AXIS_BASE = 1000  # axis ids of LT.loop counters (output axes count from 0, reduce axes from 100)
@@ -90,7 +90,9 @@ class _Evaluator:
       limits = range_limits(inner_gate) if inner_gate.op is not Ops.CONST else {}
       flat = simplify_within(flat, limits)
       if src.op is Ops.CONST: value = src
-      elif src in slots and src is not self.item.root and src.op is Ops.BUFFER:
+      elif src in slots and src is not self.item.root and (src.op is Ops.BUFFER or _row_major(self.item.buffers[slots[src]])):
+        # (a realized node stored in row-major order is read at the flat index itself: unflattening it only for
+        # the strides to sum it back leaves divisions that the simplifier does not always undo)
         value = self.load(slots[src], src.dtype, flat, inner_gate)
       else:
         src_idxs = tuple(simplify_within(i, limits) for i in unflatten(flat, src.shape))
@@ -153,6 +155,12 @@ class _Evaluator:
 
 
 _simplify = simplify
+
+
+def _row_major(info) -> bool:
+  """Whether a realized buffer holds its node's elements in row-major order (contiguous strides)."""
+  return all(known_equal(st, want) for n, st, want in zip(info.shape, info.strides, contiguous_strides(info.shape))
+             if not known_equal(n, 1))
 
 
 def _strided(idxs, strides) -> UOp:

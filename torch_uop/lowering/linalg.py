@@ -85,7 +85,8 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   acc = compute_dtype(x.dtype)
   stride, padding, dilation = (tuple(v) * (nd if len(v) == 1 else 1) for v in (stride, padding, dilation))
   if nd == 2 and not any(map(is_sym, x.shape)):
-    out = _conv2d_over_rows(x.cast(acc), w.cast(acc), stride, padding, dilation, groups)
+    out = _patch_conv(x.cast(acc), w.cast(acc), stride, padding, dilation, groups)
+    if out is None: out = _conv2d_over_rows(x.cast(acc), w.cast(acc), stride, padding, dilation, groups)
     if out is not None: return out
   x = _padded(x.cast(acc), padding)
   sp_pad = x.shape[2:]
@@ -99,6 +100,26 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   prod_ = win.expand(full) * wv.expand(full)
   axes = (3, *range(4 + nd, 4 + 2 * nd))
   return prod_.sum(axes, keepdim=False).reshape((n, o, *out_sp))
+
+
+PATCH_GEMM_MIN_TAPS = 16  # a patch embedding reduces over at least this many taps (channels x kernel size)
+
+
+def _patch_conv(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> LT | None:
+  """A convolution whose kernel equals its stride, with no padding or dilation (ViT's 16x16 patch embedding,
+  ConvNeXt's 4x4 stem): the patches do not overlap, so it is one GEMM, [N*OH*OW, C*kh*kw] @ [C*kh*kw, O], over
+  the input cut into patches (one pass over it), instead of s*s phases of a strided convolution. None otherwise."""
+  n, c, h, wd = x.shape
+  o, cg, kh, kw = w.shape
+  if groups != 1 or (kh, kw) != tuple(stride) or any(padding) or any(d != 1 for d in dilation) or kh * kw == 1:
+    return None
+  if c * kh * kw < PATCH_GEMM_MIN_TAPS: return None
+  oh, ow = (h - kh) // kh + 1, (wd - kw) // kw + 1
+  if oh <= 0 or ow <= 0: return None
+  patches = x.shrink(((0, n), (0, c), (0, oh * kh), (0, ow * kw))).reshape((n, c, oh, kh, ow, kw))
+  rows = patches.permute((0, 2, 4, 1, 3, 5)).contiguous().reshape((n * oh * ow, c * kh * kw))
+  out = matmul(rows, w.reshape((o, c * kh * kw)).transpose(0, 1))                      # [N*OH*OW, O]
+  return out.reshape((n, oh, ow, o)).permute((0, 3, 1, 2))
 
 
 ROW_CONV_MIN_CHANNELS = 8  # input channels per group below which a convolution stays a direct window reduction
