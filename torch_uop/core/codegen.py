@@ -18,7 +18,7 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts, ROW_AXIS_BASE, has_row_reductions
+from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext, known_equal
 
@@ -104,7 +104,7 @@ class _Evaluator:
       # the loops over the row that read it
       op, axes = node.arg
       k = len(self.row_ranges)
-      ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (ROW_AXIS_BASE + 16 * k + a, "reduce")) for a in axes)
+      ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (row_range_id(k, a), "reduce")) for a in axes)
       self.row_ranges.append(ranges)
       src_idxs = list(idxs)
       for a, r in zip(axes, ranges): src_idxs[a] = r
@@ -221,19 +221,18 @@ def _cache_row_values(ast: UOp) -> UOp:
   mapping, stores = {}, []
   for red in (n for n in nodes if n.op is Ops.REDUCE and has_row_reductions([n])):
     value, ranges = red.src[0], red.src[1:]
-    axes = [(r.arg[0] - ROW_AXIS_BASE) % 16 for r in ranges]  # (codegen numbers a row reduction's loops so)
+    axes = [row_range_axis(r.arg[0]) for r in ranges]
     if not any(n.op in _COSTLY for n in value.toposort()) or not all(a in outputs for a in axes): continue
-    sizes = [r.src[0].arg for r in ranges]
     if any(outputs[a].src[0] is not r.src[0] for a, r in zip(axes, ranges)): continue  # an upcast output loop
-    elements = 1
-    for n in sizes: elements *= n
-    if elements * value.dtype.itemsize > ROW_CACHE_BYTES: continue
+    sizes = tuple(r.src[0].arg for r in ranges)
+    if math.prod(sizes) * value.dtype.itemsize > ROW_CACHE_BYTES: continue
     again = substitute(value, {r: outputs[a] for a, r in zip(axes, ranges)})
     if again not in present or again in mapping: continue
-    local = UOp(Ops.DEFINE_LOCAL, value.dtype, (), (len(stores), elements))
-    flat = lambda rs: _strided(rs, [math.prod(sizes[i + 1:]) for i in range(len(sizes))])
-    stores.append(UOp(Ops.STORE, dtypes.void, (local, flat(ranges), value)))
-    mapping[again] = UOp(Ops.LOAD, value.dtype, (UOp(Ops.AFTER, value.dtype, (local, red)), flat([outputs[a] for a in axes])))
+    local = UOp(Ops.DEFINE_LOCAL, value.dtype, (), (len(stores), math.prod(sizes)))
+    row_major = contiguous_strides(sizes)
+    stores.append(UOp(Ops.STORE, dtypes.void, (local, _strided(ranges, row_major), value)))
+    read_back = _strided([outputs[a] for a in axes], row_major)
+    mapping[again] = UOp(Ops.LOAD, value.dtype, (UOp(Ops.AFTER, value.dtype, (local, red)), read_back))
   if not mapping: return ast
   ast = substitute(ast, mapping)
   return ast.replace(src=ast.src + tuple(stores))

@@ -36,7 +36,16 @@ class KernelOpts:
   def factor(self, axis: int) -> int: return dict(self.upcast).get(axis, 1)
 
 
-ROW_AXIS_BASE = 10000  # axis ids of row reductions' loops (codegen; 16 per reduction)
+ROW_AXIS_BASE = 10000  # axis ids of row reductions' loops (codegen; ROW_AXES_PER_REDUCTION per reduction)
+ROW_AXES_PER_REDUCTION = 16
+
+
+def row_range_id(k: int, axis: int) -> int:
+  """The RANGE axis id of row reduction k's loop over tensor axis `axis` (row_range_axis inverts it)."""
+  return ROW_AXIS_BASE + ROW_AXES_PER_REDUCTION * k + axis
+
+
+def row_range_axis(range_id: int) -> int: return (range_id - ROW_AXIS_BASE) % ROW_AXES_PER_REDUCTION
 
 
 def has_row_reductions(reduces: list) -> bool:

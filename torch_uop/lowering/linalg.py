@@ -85,8 +85,9 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   acc = compute_dtype(x.dtype)
   stride, padding, dilation = (tuple(v) * (nd if len(v) == 1 else 1) for v in (stride, padding, dilation))
   if nd == 2 and not any(map(is_sym, x.shape)):
-    out = _patch_conv(x.cast(acc), w.cast(acc), stride, padding, dilation, groups)
-    if out is None: out = _conv2d_over_rows(x.cast(acc), w.cast(acc), stride, padding, dilation, groups)
+    xa, wa = x.cast(acc), w.cast(acc)
+    out = _patch_conv(xa, wa, stride, padding, dilation, groups)
+    if out is None: out = _conv2d_over_rows(xa, wa, stride, padding, dilation, groups)
     if out is not None: return out
   x = _padded(x.cast(acc), padding)
   sp_pad = x.shape[2:]

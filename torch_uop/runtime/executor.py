@@ -391,6 +391,10 @@ class CompiledGraph:
       t = torch.empty_strided(spec.shape, spec.strides, dtype=t.dtype, device=device).copy_(t)
     return t
 
+  def _wants_huge_pages(self, nbytes: int) -> bool:
+    """A buffer this big, fresh from the OS, is faulted in by its first kernel: in huge pages if asked for first."""
+    return nbytes >= HUGE_PAGE_MIN_BYTES and self.target.kind == "cpu" and huge_page_advisor() is not None
+
   def _allocator(self):
     """empty(shape, strides, dtype) on this graph's device (on the CPU, torch's C++ fast path)."""
     if self.target.torch_device.type == "cpu": return _empty_strided
@@ -418,8 +422,7 @@ class CompiledGraph:
       return None, self._call_general
     env = {"general": self._call_general, "empty": self._allocator(), "launch": threads.launch, "M": _metrics,
            "lock": self._arena_lock, "advise": advise_huge_pages}
-    # a large buffer fresh from the OS is faulted in by its first kernel: in huge pages if asked for first
-    huge = (lambda nbytes: nbytes >= HUGE_PAGE_MIN_BYTES) if self.target.kind == "cpu" and huge_page_advisor() else (lambda nbytes: False)
+    huge = self._wants_huge_pages
     def const(value, prefix: str) -> str:
       name = f"{prefix}{len(env)}"
       env[name] = value
@@ -513,8 +516,7 @@ class CompiledGraph:
       if kind == "kernel":
         fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry, split_arg = payload
         bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype, device=self.target.torch_device)
-        if self.target.kind == "cpu" and (nbytes := _nbytes(self.buffers[out_slot])) >= HUGE_PAGE_MIN_BYTES:
-          advise_huge_pages(bufs[out_slot].data_ptr(), nbytes)
+        if self._wants_huge_pages(nbytes := _nbytes(self.buffers[out_slot])): advise_huge_pages(bufs[out_slot].data_ptr(), nbytes)
         if not empty:
           threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry, par_entry, split_arg)
       else:
