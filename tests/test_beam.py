@@ -116,3 +116,15 @@ def test_search_cache_can_be_turned_off(quick_search, monkeypatch):
   assert _compile_matmul_with_beam() == (1, 0)
   assert _compile_matmul_with_beam() == (1, 0)
   assert not any(fs for _, _, fs in os.walk(quick_search))
+
+
+def test_a_damaged_tuning_entry_is_searched_again(quick_search, monkeypatch):
+  monkeypatch.setenv("TORCH_UOP_GRAPH_CACHE", "0")
+  assert _compile_matmul_with_beam() == (1, 0)
+  paths = [os.path.join(d, f) for d, _, fs in os.walk(quick_search) for f in fs if f.endswith(".tune.json")]
+  assert paths
+  for p in paths:
+    with open(p, "rb") as f: data = f.read()
+    with open(p, "wb") as f: f.write(data[:len(data) // 2])
+  assert _compile_matmul_with_beam() == (1, 0), "the damaged winner is not read: the kernel is searched again"
+  assert _compile_matmul_with_beam() == (0, 1), "and the new winner replaced it"

@@ -44,7 +44,8 @@ _EXTRA_DECOMPS = [
 _KEEP_WHOLE = {aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
                aten.embedding_dense_backward.default, aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default,
                aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default, aten.avg_pool3d.default, aten.embedding.default,
-               aten._scaled_dot_product_flash_attention_for_cpu.default,
+               aten._scaled_dot_product_flash_attention_for_cpu.default, aten.index_add.default, aten.index_copy.default,
+               aten.index_fill.int_Scalar, aten.index_fill.int_Tensor,
                aten._scaled_dot_product_flash_attention_for_cpu_backward.default}
 
 
@@ -363,6 +364,19 @@ def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
   inf = functools.partial(compile_fx_graph, config=config, kind="inference", recorder=recorder)
   return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf,
                       decompositions=decomposition_table())(gm, example_inputs)
+
+
+def reset() -> None:
+  """Drop torch_uop's in-memory state that outlives compiled graphs: the simplifier's memo of index expressions
+  and the memo of contiguous views. torch._dynamo.reset() and torch.compiler.reset() call it (Dynamo resets the
+  backends it used); the compiled graphs, their plans and JIT code go with Dynamo's caches."""
+  from torch_uop.core import symbolic
+  from torch_uop.core.shapetracker import View
+  symbolic._memo.clear()
+  View.contiguous.cache_clear()
+
+
+uop_backend.reset = reset
 
 
 def _register() -> None:

@@ -120,9 +120,10 @@ def part_dtype_of(val: torch.Tensor) -> DType:
 class _PartContext(LoweringContext):
   """The context a real lowering sees when it runs on one part: the node's values as real tensors."""
 
-  def __init__(self, node, val):
+  def __init__(self, node, val, graph):
     self.node = node
     self.val = val
+    self.graph = graph
 
 
 def _real_meta(v):
@@ -150,7 +151,7 @@ def _per_part(data_positions=(0,)):
       if isinstance(x, (bool, int, float, complex)): return x.real if i == 0 else x.imag
       return x
 
-    pctx = _PartContext(ctx.node, _real_meta(ctx.val))
+    pctx = _PartContext(ctx.node, _real_meta(ctx.val), ctx.graph)
     outs = [real_fn(pctx, *[part(a, i, k in data_positions) for k, a in enumerate(args)], **kwargs) for i in (0, 1)]
     vals = ctx.val if isinstance(ctx.val, (list, tuple)) else None
 

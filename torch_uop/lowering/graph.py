@@ -65,6 +65,20 @@ class TensorRef:
 
 
 @dataclass
+class RuntimeCheck:
+  """A data check eager makes at run time (an index in range, an assert): a kernel reduces the data to one scalar,
+  the executor reads it once per call and, unless it equals `ok`, raises `error` (a builtin exception's name) with
+  `message` formatted with value= the scalar."""
+  error: str
+  message: str
+  ok: object = False
+
+  def fail(self, value) -> None:
+    import builtins
+    raise getattr(builtins, self.error)(self.message.format(value=value))
+
+
+@dataclass
 class InputSpec:
   slot: int
   shape: tuple
@@ -88,6 +102,7 @@ class LoweredGraph:
   # input slot -> the storage offset the kernels were built for. Dynamo does not guard on an input's storage
   # offset, but an as_strided with an explicit offset addresses storage: another offset needs another graph.
   storage_offset_guards: dict = field(default_factory=dict)
+  checks: list = field(default_factory=list)  # (scalar LT, RuntimeCheck) per run-time data check
 
 
 def _map_args(x, fn):
@@ -185,9 +200,14 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
         try:
           ctx = LoweringContext(node)
           ctx.graph, state.slot = state, slot
-          try: out = fn(ctx, *args, **kwargs)
+          n_checks = len(state.checks)
+          try:
+            out = fn(ctx, *args, **kwargs)
+            _check_result(node, out)
+          except Exception:
+            del state.checks[n_checks:]  # the node falls back: ATen makes its checks
+            raise
           finally: slot = state.slot
-          _check_result(node, out)
           env[node] = out
           g.nodes_lowered += 1
           continue
@@ -214,6 +234,7 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
       raise WholeGraphFallback(f"FX node kind {node.op}")
   g.next_slot = slot
   g.storage_offset_guards = state.storage_offset_guards
+  g.checks = state.checks
   return g
 
 
@@ -250,13 +271,20 @@ def _run_time_tensor(make, name: str, shape: tuple, dt, buffer_slots, slot):
 
 
 class GraphState:
-  """What the lowerings of one graph share: `shared` (e.g. its random seed) and `run_time_tensor`,
-  which adds a buffer filled at each call by a step with no inputs (`make()`, e.g. a seed drawn from torch)."""
+  """What the lowerings of one graph share: `shared` (e.g. its random seed), `run_time_tensor`, which adds a
+  buffer filled at each call by a step with no inputs (`make()`, e.g. a seed drawn from torch), and `check`, which
+  adds a data check eager makes at run time."""
 
   def __init__(self, buffer_slots: dict, slot: int):
     self.shared: dict = {}
     self.buffer_slots, self.slot = buffer_slots, slot
     self.storage_offset_guards: dict = {}
+    self.checks: list = []
+
+  def check(self, value: LT, check: RuntimeCheck) -> None:
+    """Every call computes `value` (one element) and raises `check`'s error unless it equals `check.ok`."""
+    entry = (value.reshape(()), check)
+    if not any(v.uop is entry[0].uop and c == check for v, c in self.checks): self.checks.append(entry)
 
   def guard_storage_offset(self, input_slot: int, offset: int) -> None:
     """The graph is only right for calls whose input `input_slot` has this storage offset (the executor

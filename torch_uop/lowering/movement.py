@@ -198,6 +198,9 @@ def copy(ctx, x, src, non_blocking=False):
 def index_select(ctx, x, dim, index):
   if x.ndim == 0: return x.reshape(()) if index.numel() == 1 else x.broadcast_to(ctx.shape)
   dim %= x.ndim
+  if dim == 1:  # eager's kernel for dim 1 has an error of its own
+    ctx.check_index(index, x.shape[dim], dim, error="RuntimeError", message="INDICES element is out of DATA bounds, id={value} axis_dim={size}")
+  else: ctx.check_index(index, x.shape[dim], dim, message="index out of range in self (index {value}, dimension {dim} of size {size})")
   shape = ctx.shape
   idx = index.reshape(tuple(-1 if d == dim else 1 for d in range(x.ndim))).broadcast_to(shape)
   return x.gather_nd(tuple(("idx", 0) if d == dim else d for d in range(x.ndim)), [idx])
@@ -206,6 +209,7 @@ def index_select(ctx, x, dim, index):
 @register(aten.gather.default)
 def gather(ctx, x, dim, index, sparse_grad=False):
   if x.ndim == 0: return x.broadcast_to(ctx.shape)
+  ctx.check_index(index, x.shape[dim % x.ndim], dim % x.ndim, error="RuntimeError")
   return x.gather(dim, index)
 
 
@@ -232,6 +236,7 @@ def index(ctx, x, indices):
   for k, d in enumerate(before): sources[d] = k
   for k, d in enumerate(after): sources[d] = lead + nb + k
   for d in pos:
+    ctx.check_index(indices[d], x.shape[d], d, wraps=True)
     i = indices[d].broadcast_to(bshape).reshape((1,) * lead + bshape + (1,) * len(after)).broadcast_to(out_shape)
     sources[d] = ("idx", len(idx_lts))
     idx_lts.append(i)
@@ -258,6 +263,7 @@ def scatter(ctx, x, dim, index, src):
   """Scatters as gathers: each output position looks for the index entries that name it."""
   if x.ndim == 0: raise Unsupported("scatter into a 0-d tensor")
   dim %= x.ndim
+  ctx.check_index(index, x.shape[dim], dim, error="RuntimeError")
   hits = _scatter_hits(x, dim, index)
   m = index.shape[dim]
   full = hits.shape
@@ -304,8 +310,13 @@ def unfold(ctx, x, dim, size, step):
 
 @register(aten.index_put.default)
 def index_put(ctx, x, indices, values, accumulate=False):
+  return _index_put(ctx, x, indices, values, accumulate, check=True)
+
+
+def _index_put(ctx, x, indices, values, accumulate: bool, check: bool):
   """x[indices] = values (or += with accumulate), written as a gather: each position of x looks for
-  the index entries that name it. A single boolean mask with one value is a where."""
+  the index entries that name it. A single boolean mask with one value is a where. `check`: eager's error
+  for an index outside [-n, n) (off where the caller checked its own range)."""
   indices = list(indices)
   if len(indices) == 1 and indices[0] is not None and indices[0].dtype.is_bool:
     mask = indices[0]
@@ -335,6 +346,7 @@ def index_put(ctx, x, indices, values, accumulate=False):
   hits = None
   for d in pos:
     n = x.shape[d]
+    if check: ctx.check_index(indices[d], n, d, wraps=True)
     i = indices[d].cast(dtypes.int64).broadcast_to(bshape).reshape((1,) * x.ndim + (mcount,)).broadcast_to(full)
     i = (i < 0).where(i + n, i)
     p = LT.iota(n).reshape(tuple(n if k == d else 1 for k in range(x.ndim + 1))).broadcast_to(full)
@@ -392,6 +404,11 @@ def scatter_reduce(ctx, x, dim, index, src, reduce, include_self=True):
   reduce = {"add": "sum", "multiply": "prod"}.get(reduce, reduce)   # scatter.reduce's names
   dim %= x.ndim
   if index.numel() == 0: return x
+  ctx.check_index(index, x.shape[dim], dim, error="RuntimeError")
+  return _scatter_reduce(x, dim, index, src, reduce, include_self)
+
+
+def _scatter_reduce(x: LT, dim: int, index: LT, src, reduce: str, include_self: bool) -> LT:
   hits = _scatter_hits(x, dim, index)
   full = hits.shape
   acc = compute_dtype(x.dtype) if not x.dtype.is_bool else dtypes.bool
@@ -435,8 +452,47 @@ def index_reduce(ctx, x, dim, index, source, reduce, include_self=True):
   """index_reduce along dim: index [m] names the output row of each of source's m rows."""
   if x.ndim == 0: x, source, dim = x.reshape((1,)), source.reshape((1,)), 0
   dim %= x.ndim
+  if index.numel() == 0: return x.reshape(ctx.shape)
+  ctx.check_index(index, x.shape[dim], dim, message="index out of range in self (index {value}, dimension {dim} of size {size})")
   idx = index.reshape(tuple(-1 if d == dim else 1 for d in range(x.ndim))).broadcast_to(source.shape)
-  return scatter_reduce(ctx, x, dim, idx, source, reduce, include_self).reshape(ctx.shape)
+  return _scatter_reduce(x, dim, idx, source, reduce, include_self).reshape(ctx.shape)
+
+
+def _as_rows(x: LT, index: LT, source) -> tuple:
+  """A 0-d index_add/index_copy/index_fill as one over a 1-element dim 0."""
+  return x.reshape((1,)), 0, index.reshape((index.numel(),)), source.reshape((source.numel(),)) if isinstance(source, LT) else source
+
+
+@register(aten.index_add.default)
+def index_add(ctx, x, dim, index, source, alpha=1):
+  """x with source's rows added at the rows index names along dim (eager rejects negative indices, which
+  index_put, where the decomposition would lead, wraps)."""
+  if x.ndim == 0: return index_add(ctx, *_as_rows(x, index, source), alpha).reshape(())
+  dim %= x.ndim
+  ctx.check_index(index, x.shape[dim], dim, error="RuntimeError")
+  if index.numel() == 0: return x
+  return _index_put(ctx, x, [None] * dim + [index], source if alpha == 1 else source * alpha, True, check=False)
+
+
+@register(aten.index_copy.default)
+def index_copy(ctx, x, dim, index, source):
+  if x.ndim == 0: return index_copy(ctx, *_as_rows(x, index, source)).reshape(())
+  dim %= x.ndim
+  ctx.check_index(index, x.shape[dim], dim, message="index_copy_(): index {value} is out of bounds for dimension {dim} with size {size}")
+  if index.numel() == 0: return x
+  return _index_put(ctx, x, [None] * dim + [index], source, False, check=False)
+
+
+@register(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(ctx, x, dim, index, value):
+  """x with the rows index names along dim set to value (negative indices wrap, as in eager; its decomposition
+  would go through index_copy, which rejects them)."""
+  if x.ndim == 0: return index_fill(ctx, *_as_rows(x, index, value)).reshape(())
+  dim %= x.ndim
+  if index.numel() == 0: return x
+  shape = tuple(index.numel() if d == dim else n for d, n in enumerate(x.shape))
+  v = value.reshape(()).broadcast_to(shape) if isinstance(value, LT) else LT.full(shape, value, x.dtype)
+  return _index_put(ctx, x, [None] * dim + [index.reshape((index.numel(),))], v, False, check=True)
 
 
 @register(aten.put.default)
@@ -460,6 +516,8 @@ def masked_scatter(ctx, x, mask, source):
   j = LT.iota(n).reshape((1, n)).broadcast_to((n, n))
   before = ((j < i) & m.reshape((1, n)).broadcast_to((n, n))).cast(dtypes.int64).sum((1,), keepdim=False)   # [n]
   src = source.reshape((source.numel(),))
+  ctx.check(m.cast(dtypes.int64).sum((0,), keepdim=False) > src.shape[0], "RuntimeError",
+            "Number of elements of source < number of ones in mask")
   if src.shape[0] == 0: return x.broadcast_to(shape)
   k = before.minimum(src.shape[0] - 1)
   picked = src.cast(x.dtype).gather_nd((("idx", 0),), [k])

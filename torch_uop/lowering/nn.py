@@ -19,6 +19,7 @@ aten = torch.ops.aten
 
 @register(aten.embedding.default)
 def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+  ctx.check_index(indices, weight.shape[0], message="index out of range in self (index {value}, {size} rows)")
   out_shape = (*indices.shape, weight.shape[1])
   idx = indices.unsqueeze(-1).broadcast_to(out_shape)
   return weight.gather_nd((("idx", 0), len(out_shape) - 1), [idx])

@@ -5,13 +5,14 @@
 and returns an LT, or a tuple/list of LTs for multi-output ops. `ctx` carries the node's
 `meta["val"]`: `ctx.shape`, `ctx.dtype` (IR dtype), `ctx.vals` for multi-output nodes. A lowering
 may raise (e.g. `Unsupported`) for cases it does not handle: the node then falls back to ATen.
-`ctx.host_call` adds a step of the lowering's own that runs on the host between kernels (e.g. a
-data-dependent error check); it is part of the lowering, not a fallback.
+`ctx.host_call` adds a step of the lowering's own that runs on the host between kernels; it is part of the
+lowering, not a fallback. `ctx.check` / `ctx.check_index` add the data checks eager makes at run time (an index
+in range): a kernel reduces the data to one value, which the executor reads after the call's kernels.
 """
 from __future__ import annotations
 from typing import Callable
 import torch
-from torch_uop.core.dtypes import from_torch
+from torch_uop.core.dtypes import from_torch, dtypes
 from torch_uop.lowering.specialize import to_size
 
 LOWERINGS: dict = {}
@@ -64,6 +65,31 @@ class LoweringContext:
     (shape, IR dtype) pairs. Returns an LT per result, for the lowering to build on."""
     if self.graph is None: raise Unsupported("no graph to add a host step to")
     return self.graph.host_call(fn, list(inputs), list(outputs))
+
+  def check(self, value, error: str, message: str, ok=False, name_op: bool = True) -> None:
+    """Raise `error` (a builtin exception's name) with `message` (after the op's name, with `name_op`) at run time
+    unless `value` (an LT of one element) equals `ok`; `message` may name the value as {value}. Costs one small
+    kernel and one read per call."""
+    if self.graph is None: raise Unsupported("no graph to add a run-time check to")
+    from torch_uop.lowering.graph import RuntimeCheck
+    self.graph.check(value, RuntimeCheck(error, f"{self.op_name}: {message}" if name_op else message, ok))
+
+  def check_index(self, index, size, dim: int = 0, wraps: bool = False, error: str = "IndexError",
+                  message: str = "index {value} is out of bounds for dimension {dim} with size {size}") -> None:
+    """Eager's error for an index outside [0, size), or [-size, size) where negative indices wrap. The run-time
+    value is the largest offending index (the message's {value}); `message` may also name {dim} and {size}."""
+    if index.numel() == 0: return
+    idx = index.cast(dtypes.int64).reshape((index.numel(),))
+    bad = ((idx < -size) if wraps else (idx < 0)) | (idx >= size)
+    lowest = dtypes.int64.min()
+    worst = bad.where(idx.maximum(lowest + 1), lowest).max((0,), keepdim=False)
+    self.check(worst, error, message.replace("{dim}", str(dim)).replace("{size}", str(size)), ok=lowest)
+
+  @property
+  def op_name(self) -> str:
+    """The node's ATen op as users know it (`aten.gather.default` -> gather)."""
+    name = getattr(self.node.target, "__name__", str(self.node.target))
+    return name.split(".")[0]
 
   @property
   def vals(self) -> list: return list(self.val) if isinstance(self.val, (tuple, list)) else [self.val]

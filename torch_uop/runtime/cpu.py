@@ -177,8 +177,9 @@ class CPUProgram:
 
   def _compile(self, sources: list[str], opt_level: int, entry_parts: list[dict], disk_cache: bool) -> list[bytes]:
     """Each module's native object: from the disk cache, or compiled. The modules to compile go in batches of
-    similar size, the first compiled here while helper processes compile the others (here too when none is
-    available or one fails)."""
+    similar size to the helper processes; a batch is compiled here only when no helper is available or one fails.
+    (Optimizing here costs memory that is never given back: llvmlite's pass builder leaves LLVM's instrumentation
+    callbacks behind, about 80 KB per module; a helper's share goes when the helper is replaced.)"""
     cpu_name, features, _ = target_id()
     modules = []
     for src, part_entries in zip(sources, entry_parts):
@@ -191,11 +192,11 @@ class CPUProgram:
     todo = [i for i, o in enumerate(objects) if o is None]
     self.objects_from_cache = len(modules) - len(todo)
     workers = compile_workers()
-    batches = balanced_batches([(i, len(modules[i])) for i in todo], workers.n + 1)
-    pending = workers.submit([([modules[i] for i in batch], cpu_name, features, opt_level) for batch in batches[1:]])
+    batches = balanced_batches([(i, len(modules[i])) for i in todo], max(workers.n, 1))
+    pending = workers.submit([([modules[i] for i in batch], cpu_name, features, opt_level) for batch in batches])
     optimized = []
     for n, batch in enumerate(batches):
-      objs = pending.result(n - 1) if n > 0 else None
+      objs = pending.result(n)
       for j, i in enumerate(batch):
         if objs is None:
           obj, mod = compile_module(modules[i], cpu_name, features, opt_level)
@@ -225,20 +226,22 @@ def balanced_batches(items: list[tuple[object, int]], max_batches: int) -> list[
 
 
 def compile_worker_count() -> int:
-  """Helper processes for compiling modules side by side: TORCH_UOP_COMPILE_WORKERS, else one per core but one
-  (at most 7); 0 compiles everything in this process."""
+  """Helper processes for compiling modules side by side: TORCH_UOP_COMPILE_WORKERS, else one per core (at most
+  8); 0 compiles everything in this process."""
   env = os.environ.get("TORCH_UOP_COMPILE_WORKERS")
   if env is not None: return max(int(env), 0)
-  return min((os.cpu_count() or 1) - 1, 7)
+  return min(os.cpu_count() or 1, 8)
 
 
 class _Pending:
-  """Replies of requests handed to helper processes: `result(i)` waits for request i's objects (None: it failed)."""
+  """Replies of requests handed to helper processes: `result(i)` waits for request i's objects (None: it failed,
+  or no helper took it)."""
 
   def __init__(self, n: int):
     self.objects, self.threads = [None] * n, []
 
   def result(self, i: int) -> list[bytes] | None:
+    if i >= len(self.threads): return None
     self.threads[i].join()
     return self.objects[i]
 
@@ -246,12 +249,15 @@ class _Pending:
 class CompileWorkers:
   """Helper processes running runtime/llvm_worker.py, started on first use and kept for the process's life.
   One request per process at a time; a process that fails is dropped (its request is compiled by the caller),
-  and after MAX_FAILURES of them no more are started (e.g. an interpreter that cannot run the helper)."""
+  and after MAX_FAILURES of them no more are started (e.g. an interpreter that cannot run the helper). A helper
+  that has compiled RECYCLE_MODULES modules is replaced by a fresh one, which gives back the memory LLVM kept."""
 
   MAX_FAILURES = 3
+  RECYCLE_MODULES = 500
 
   def __init__(self, n: int):
     self.n, self.pid, self.procs, self.failures = n, os.getpid(), [], 0
+    self.compiled: dict = {}  # helper pid -> modules it compiled
     self.lock = threading.Lock()
 
   def start(self) -> None:
@@ -284,9 +290,19 @@ class CompileWorkers:
       reply = read_message(proc.stdout)
     except (OSError, ValueError, EOFError):
       reply = None
-    if reply is not None and reply[0] == "ok": pending.objects[i] = reply[1]
+    if reply is not None and reply[0] == "ok":
+      pending.objects[i] = reply[1]
+      with self.lock:
+        self.compiled[proc.pid] = self.compiled.get(proc.pid, 0) + len(request[0])
+        retire = self.compiled[proc.pid] >= self.RECYCLE_MODULES and proc in self.procs
+        if retire: self.procs.remove(proc)
+      if retire:
+        try: proc.stdin.close()  # it exits once its input ends; the next submit starts a fresh one
+        except OSError: pass
     elif reply is None:  # no answer: the process is gone or broken, and is not used again
       proc.kill()
+      with self.lock:
+        if proc in self.procs: self.procs.remove(proc)
       self.failures += 1
       if self.failures >= self.MAX_FAILURES: self.n = 0
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import sys
 import threading
 import time
@@ -115,6 +115,7 @@ class GraphPlan:
   size_values: tuple = ()  # a graph with symbolic sizes: its size variables' values, which its kernels read from
   size_slot: int | None = None  # the int64 buffer in this slot
   target: object = None    # runtime/devices.py Target (None: the CPU)
+  checks: list = field(default_factory=list)  # (slot, lowering.graph.RuntimeCheck): read after the kernels
 
 
 # step name -> (calls, seconds) while torch_uop.debug.profile() is active, else None
@@ -169,6 +170,8 @@ class CompiledGraph:
           v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))
         if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = want
       outputs.append((kind, v, shape))
+    for v, _ in lowered.checks:  # each run-time check's value is a buffer of its own, read after the kernels
+      if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = None
     with _Timer("schedule"):
       sched = schedule(roots, first_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None},
                        row_fusion=target.kind != "gpu")
@@ -185,8 +188,8 @@ class CompiledGraph:
         tuned = {i: beam_search(item, beam, opt_level, debug, f"{name}_k{i}", target if gpu else None)
                  for i, item in enumerate(sched.items)
                  if isinstance(item, KernelItem)}
-    # a big graph compiles its LLVM modules side by side: the helper processes start now, loading while codegen runs
-    if not gpu and sum(isinstance(item, KernelItem) for item in sched.items) >= 8: compile_workers().start()
+    # the LLVM modules compile in helper processes (runtime/cpu.py): they start now, loading while codegen runs
+    if not gpu and any(isinstance(item, KernelItem) for item in sched.items): compile_workers().start()
     max_group, parallelism = (target.max_group(), target.parallelism()) if gpu else (0, 0)
     with _Timer("codegen"):
       for i, item in enumerate(sched.items):
@@ -259,7 +262,9 @@ class CompiledGraph:
       outputs_plan.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, shape))
     # complex outputs are computed as their view_as_real and handed out through view_as_complex
     complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and outputs_plan[i][0] == "tensor"}
-    self._template = (steps, outputs_plan, complex_outputs, signatures, program.object_code if program and not gpu else None)
+    checks = [(sched.node_slot[v.uop], check) for v, check in lowered.checks]
+    self._template = (steps, outputs_plan, complex_outputs, checks, signatures,
+                      program.object_code if program and not gpu else None)
     self.program = program
     if self.size_vars:  # the plan depends on the sizes: one per call signature, made by instance()
       self.plan, self.n_kernels = None, sum(1 for kind, _ in steps if kind == "kernel")
@@ -269,7 +274,7 @@ class CompiledGraph:
 
   def _make_plan(self, values: dict) -> GraphPlan:
     """The plan for the sizes `values` gives the size variables (empty for a static graph): lifetimes, the arena."""
-    steps, outputs_plan, complex_outputs, signatures, object_code = self._template
+    steps, outputs_plan, complex_outputs, checks, signatures, object_code = self._template
     if self.size_vars: values = {**values, **{name: values[base] // f for name, (base, f) in self.derived_vars.items()}}
     if values:
       steps = [(kind, _concrete_fields(step, values)) for kind, step in steps]
@@ -280,7 +285,7 @@ class CompiledGraph:
     buffers = {s: _concrete_fields(info, values) for s, info in self.buffers.items()} if values else self.buffers
     inputs = [None if spec is None else _concrete_fields(spec, values) for spec in self.inputs] if values else self.inputs
     # free each intermediate after its last use
-    keep = {slot for kind, slot, _ in outputs_plan if kind == "tensor"}
+    keep = {slot for kind, slot, _ in outputs_plan if kind == "tensor"} | {slot for slot, _ in checks}
     last_use: dict = {}
     for i, (kind, step) in enumerate(steps):
       for s in step.slots if kind == "kernel" else step.in_slots + list(step.out_slots.values()): last_use[s] = i
@@ -293,7 +298,7 @@ class CompiledGraph:
     sizes = tuple(values[name] for name in sorted(self.var_position, key=self.var_position.get)) if self.size_vars else ()
     return GraphPlan(inputs, self.storage_offset_guards, buffers, steps, outputs_plan, complex_outputs,
                      release, arena_offsets, arena_bytes, signatures, object_code,
-                     (self.peak_bytes, self.peak_bytes_unplanned), sizes, self.vars_slot, self.target)
+                     (self.peak_bytes, self.peak_bytes_unplanned), sizes, self.vars_slot, self.target, checks)
 
   def instance(self, values: dict) -> "CompiledGraph":
     """A graph with symbolic sizes, for the sizes `values` gives its variables (by name): its kernels, a new plan."""
@@ -349,6 +354,7 @@ class CompiledGraph:
     # a target whose launches only enqueue (OpenCL in host memory): wait before host code touches a buffer
     self._sync = getattr(program, "synchronize", None) if target.kind == "gpu" else None
     self.outputs, self.complex_outputs, self.release = plan.outputs, plan.complex_outputs, plan.release
+    self.checks = plan.checks
     self.arena_offsets, self.arena_bytes = plan.arena_offsets, plan.arena_bytes
     self.arena = None
     self.size_table = torch.tensor(plan.size_values, dtype=torch.int64, device=target.torch_device) \
@@ -484,6 +490,8 @@ class CompiledGraph:
       lines += ["  try:", *(f"    {l}" for l in body), "  finally: lock.release()"]
     else:
       lines += [f"  {l}" for l in body]
+    for slot, check in self.checks:  # eager's error for bad data (an index out of range): one read per check
+      lines.append(f"  if (v := b{slot}.item()) != {check.ok!r}: {const(check.fail, 'X')}(v)")
     outs = []
     for i, (kind, v, shape) in enumerate(self.outputs):
       if kind == "tensor":
@@ -534,6 +542,8 @@ class CompiledGraph:
     st = _metrics._state
     st["kernels_launched"] += self.n_kernels
     if self.n_fallbacks: st["fallback_steps_run"] += self.n_fallbacks
+    for slot, check in self.checks:
+      if (v := bufs[slot].item()) != check.ok: check.fail(v)
     outs = []
     for kind, v, shape in self.outputs:
       if kind == "tensor": outs.append(bufs[v].view(shape) if bufs[v].shape != shape else bufs[v])
