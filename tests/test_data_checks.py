@@ -152,3 +152,27 @@ def test_index_checks_with_dynamic_shapes():
     i = torch.arange(n)
     torch.testing.assert_close(compiled(i), fn(i))
     with pytest.raises(IndexError, match="embedding"): compiled(i + 10)
+
+
+@pytest.mark.parametrize("p", [[0.5, 1.5], [0.5, float("nan")], [-0.1, 0.2]])
+def test_bernoulli_probabilities_are_checked(p):
+  fn = lambda p: torch.bernoulli(p)
+  compiled = fresh_compiled(fn, options={"graph_cache": False}, dynamic=False)
+  good = torch.tensor([0.0, 1.0])
+  torch.testing.assert_close(compiled(good), fn(good))
+  with pytest.raises(RuntimeError): fn(torch.tensor(p))
+  with pytest.raises(RuntimeError, match="p_in >= 0"): compiled(torch.tensor(p))
+
+
+@pytest.mark.parametrize("probs, match", [([[0.5, float("nan")], [0.2, 0.3]], "inf`, `nan` or element < 0"),
+                                          ([[0.5, -1.0], [0.2, 0.3]], "element < 0"),
+                                          ([[0.5, float("inf")], [0.2, 0.3]], "inf"),
+                                          ([[0.5, 0.5], [0.0, 0.0]], "sum of probabilities <= 0")])
+def test_multinomial_distributions_are_checked(probs, match):
+  fn = lambda p: torch.multinomial(p, 1)
+  compiled = fresh_compiled(fn, options={"graph_cache": False}, dynamic=False)
+  good = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+  torch.testing.assert_close(compiled(good), fn(good))
+  assert_ran_natively()
+  with pytest.raises(RuntimeError, match=match): fn(torch.tensor(probs))
+  with pytest.raises(RuntimeError, match=match): compiled(torch.tensor(probs))

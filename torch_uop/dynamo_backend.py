@@ -45,7 +45,7 @@ _KEEP_WHOLE = {aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indice
                aten.embedding_dense_backward.default, aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default,
                aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default, aten.avg_pool3d.default, aten.embedding.default,
                aten._scaled_dot_product_flash_attention_for_cpu.default, aten.index_add.default, aten.index_copy.default,
-               aten.index_fill.int_Scalar, aten.index_fill.int_Tensor,
+               aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.bernoulli.default,
                aten._scaled_dot_product_flash_attention_for_cpu_backward.default}
 
 
