@@ -7,8 +7,9 @@ and large values) and 2-8 steps, each an op from OPS applied to tensors of the p
 ops with broadcasting, comparisons and where, reductions (sum, amax, amin, mean, prod, argmax, softmax,
 logsumexp, cumsum), movement (permute, reshape, flip, strided slice, expand, cat, pad, unsqueeze), matmul,
 and indexing (index_select, gather, advanced indexing with in-range index tensors). The last step's result and
-one other are the outputs. `check(seed)` compiles the program and asserts eager's values (NaN where eager has
-NaN; floats within a tolerance scaled by the result's magnitude), or eager's exception type.
+up to two others are the outputs. `check(seed)` compiles the program and asserts eager's values (NaN where eager
+has NaN; floats within a tolerance scaled by the result's magnitude; or, element by element, the values of the
+program run by eager in float64), or eager's exception type.
 
   python -m torch_uop.testing.fuzz --seeds 0:500     # a longer run than the test suite's
 """
@@ -212,21 +213,32 @@ def program(seed: int) -> Program:
 
 # ----- comparing -----
 
-def _close(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+def _matches(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+  """Per element: actual equals expected (NaN where it has NaN, the same infinities, floats within a tolerance
+  scaled by the element and by the result's largest finite magnitude)."""
+  if not expected.dtype.is_floating_point: return actual == expected
+  e, a = expected.double(), actual.double()
+  fin = e.isfinite()
+  scale = e[fin].abs().max() if fin.any() else torch.tensor(0.0, dtype=torch.float64)
+  tol = 1e-4 if expected.dtype is torch.float32 else 1e-9
+  close = (a - e).abs() <= tol * (1 + e.abs()) + tol * scale
+  return torch.where(fin, close & a.isfinite(), (a == e) | (a.isnan() & e.isnan()))
+
+
+def _mismatch(actual: torch.Tensor, expected: torch.Tensor, wider: torch.Tensor | None) -> str | None:
+  """Why actual is not eager's result, or None. An element may instead match `wider`, the program run by eager in
+  float64 and rounded back: eager's float32 kernels disagree among themselves at some edges (its vectorized gelu
+  gives NaN at +inf where its scalar path and float64 give inf), and the compiled program may take either side."""
   if actual.shape != expected.shape or actual.dtype != expected.dtype:
     return f"shape/dtype {tuple(actual.shape)} {actual.dtype} != eager {tuple(expected.shape)} {expected.dtype}"
-  if not expected.dtype.is_floating_point:
-    return None if torch.equal(actual, expected) else "values differ"
-  nan_e, nan_a = expected.isnan(), actual.isnan()
-  if not torch.equal(nan_e, nan_a): return "NaN positions differ"
-  fin = expected.isfinite()
-  if not torch.equal(actual.isinf() & ~nan_a, expected.isinf()) or not torch.equal(actual[~fin & ~nan_e], expected[~fin & ~nan_e]):
-    return "infinities differ"
-  if not fin.any(): return None
-  e, a = expected[fin].double(), actual[fin].double()
-  tol = 1e-4 if expected.dtype is torch.float32 else 1e-9
-  err = (a - e).abs() - tol * (1 + e.abs()) - tol * e.abs().max()
-  return None if (err <= 0).all() else f"max abs error {(a - e).abs().max().item():.3g}"
+  ok = _matches(actual, expected)
+  if wider is not None and wider.shape == expected.shape: ok |= _matches(actual, wider.to(expected.dtype))
+  if bool(ok.all()): return None
+  bad = (~ok).nonzero()[0].tolist()
+  return f"at {bad}: {actual[tuple(bad)].item()!r}, eager {expected[tuple(bad)].item()!r}"
+
+
+def _widened(t: torch.Tensor) -> torch.Tensor: return t.double() if t.dtype is torch.float32 else t.clone()
 
 
 def check(seed: int, options: dict | None = None) -> Program:
@@ -240,8 +252,10 @@ def check(seed: int, options: dict | None = None) -> Program:
     except type(e): return prog
     raise AssertionError(f"eager raised {type(e).__name__} but the compiled program did not: {prog.describe()}")
   actual = compiled(*[t.clone() for t in prog.inputs])
-  for k, (a, e) in enumerate(zip(actual, expected)):
-    if (problem := _close(a, e)) is not None:
+  try: wider = prog.run(*[_widened(t) for t in prog.inputs])
+  except Exception: wider = [None] * len(expected)
+  for k, (a, e, w) in enumerate(zip(actual, expected, wider)):
+    if (problem := _mismatch(a, e, w)) is not None:
       raise AssertionError(f"output {k}: {problem}: {prog.describe()}")
   return prog
 
