@@ -152,6 +152,7 @@ def test_a_cache_others_can_write_is_not_used(tmp_path, what):
   assert str(tmp_path) in out.stderr and "chmod" in out.stderr
   line = [l for l in out.stdout.splitlines() if l.startswith("HITS")][0].split()
   assert line[5] == "0", "no graph came from the untrusted cache"
+  assert line[1] == "0", "and no kernel object: the whole disk cache is off for the process"
 
 
 def test_the_cache_directory_is_created_private(tmp_path):

@@ -268,15 +268,14 @@ def _only_first_output_used(node) -> bool:
   return all(u.target is operator.getitem and u.args[1] == 0 for u in node.users)
 
 
-def _check_offsets(ctx, off: LT, n: int, include_last_offset: bool) -> None:
+def _check_offsets(ctx, off: LT, n: int) -> None:
   """Eager's errors for embedding_bag offsets that do not cut the n indices into bags."""
   k = off.shape[0]
   ctx.check(off.slice(0, 0, 1), "RuntimeError", "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has "
             "to start from position 0. However, got {value}", ok=0)
   ctx.check(off.slice(0, k - 1, k) > n, "RuntimeError", f"offsets[-1] can not be greater than input's length {n}")
-  if k > 1:
-    ctx.check((off.slice(0, 1, k) < off.slice(0, 0, k - 1)).max((0,), keepdim=False), "RuntimeError",
-              "offsets must be non-decreasing (a bag cannot end before it starts)")
+  ctx.check_all(off.slice(0, 1, k) >= off.slice(0, 0, k - 1), "RuntimeError",
+                "offsets must be non-decreasing (a bag cannot end before it starts)")
 
 
 @register(aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
@@ -301,7 +300,7 @@ def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=
   idx = indices.reshape((n,)).cast(dtypes.int64)
   rows = weight.cast(acc).gather_nd((("idx", 0), 1), [idx.reshape((n, 1)).broadcast_to((n, dim))])       # [n, dim]
   off = offsets.reshape((offsets.numel(),)).cast(dtypes.int64)
-  _check_offsets(ctx, off, n, include_last_offset)
+  _check_offsets(ctx, off, n)
   starts = off.slice(0, 0, b)
   to_end = off.slice(0, 1, b).pad(((0, 1),), n)                      # the last bag runs to the end
   ends = off.slice(0, 1, b + 1) if include_last_offset else to_end
@@ -579,5 +578,5 @@ def upsample_bilinear2d_aa(ctx, x, output_size, align_corners, *scales):
 @register(aten._assert_async.msg, aten._assert_async.default)
 def assert_async(ctx, cond, msg="Expected Tensor with single nonzero value, but got zero"):
   """A graph's own data assert (one_hot's class range, torch._assert_async): eager's RuntimeError when cond is 0."""
-  ctx.check(cond.ne(0), "RuntimeError", msg.replace("{", "{{").replace("}", "}}"), ok=True, name_op=False)
+  ctx.check_all(cond.ne(0), "RuntimeError", msg.replace("{", "{{").replace("}", "}}"), name_op=False)
   return None

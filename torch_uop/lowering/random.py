@@ -241,10 +241,8 @@ def bernoulli(ctx, x, p=None, **kwargs):
   _check_generator(kwargs)
   probs = x if p is None else p
   if not probs.dtype.is_float: raise Unsupported("integer probabilities")
-  if probs.numel():
-    flat = probs.reshape((probs.numel(),))
-    ctx.check(((flat >= 0) & (flat <= 1)).logical_not().max((0,), keepdim=False), "RuntimeError",
-              "Expected p_in >= 0 && p_in <= 1 to be true, but got false (a probability outside [0, 1], or NaN)")
+  ctx.check_all((probs >= 0) & (probs <= 1), "RuntimeError",
+                "Expected p_in >= 0 && p_in <= 1 to be true, but got false (a probability outside [0, 1], or NaN)")
   md = _math_dtype(probs.dtype)
   return (uniform(ctx, ctx.shape, md) < probs.cast(md).broadcast_to(ctx.shape)).cast(ctx.dtype)
 
@@ -297,11 +295,9 @@ def multinomial(ctx, probs, num_samples, replacement=False, **kwargs):
   r, cats = rows.shape
   if r * cats == 0 or num_samples == 0: raise Unsupported("empty multinomial (eager decides)")
   if not replacement and num_samples > cats: raise Unsupported("more samples than categories (eager raises)")
-  valid = (rows >= 0) & (rows < math.inf)  # NaN compares false
-  ctx.check(valid.logical_not().reshape((r * cats,)).max((0,), keepdim=False), "RuntimeError",
-            "probability tensor contains either `inf`, `nan` or element < 0")
-  ctx.check((rows.sum((1,), keepdim=False) <= 0).max((0,), keepdim=False), "RuntimeError",
-            "invalid multinomial distribution (sum of probabilities <= 0)")
+  ctx.check_all((rows >= 0) & (rows < math.inf), "RuntimeError",  # (NaN compares false)
+                "probability tensor contains either `inf`, `nan` or element < 0")
+  ctx.check_all(rows.sum((1,), keepdim=False) > 0, "RuntimeError", "invalid multinomial distribution (sum of probabilities <= 0)")
   if replacement:
     # each sample: argmax over categories of log p + Gumbel (Gumbel-max)
     if r * num_samples * cats > _MAX_GUMBEL_ELEMENTS: raise Unsupported("multinomial too large for Gumbel-max")

@@ -6,7 +6,7 @@ and returns an LT, or a tuple/list of LTs for multi-output ops. `ctx` carries th
 `meta["val"]`: `ctx.shape`, `ctx.dtype` (IR dtype), `ctx.vals` for multi-output nodes. A lowering
 may raise (e.g. `Unsupported`) for cases it does not handle: the node then falls back to ATen.
 `ctx.host_call` adds a step of the lowering's own that runs on the host between kernels; it is part of the
-lowering, not a fallback. `ctx.check` / `ctx.check_index` add the data checks eager makes at run time (an index
+lowering, not a fallback. `ctx.check` / `ctx.check_all` / `ctx.check_index` add the data checks eager makes at run time (an index
 in range): a kernel reduces the data to one value, which the executor reads after the call's kernels.
 """
 from __future__ import annotations
@@ -73,6 +73,11 @@ class LoweringContext:
     if self.graph is None: raise Unsupported("no graph to add a run-time check to")
     from torch_uop.lowering.graph import RuntimeCheck
     self.graph.check(value, RuntimeCheck(error, f"{self.op_name}: {message}" if name_op else message, ok))
+
+  def check_all(self, valid, error: str, message: str, name_op: bool = True) -> None:
+    """Raise `error` with `message` at run time unless every element of `valid` (a bool LT) is true."""
+    if valid.numel() == 0: return
+    self.check(valid.reshape((valid.numel(),)).logical_not().max((0,), keepdim=False), error, message, name_op=name_op)
 
   def check_index(self, index, size, dim: int = 0, wraps: bool = False, error: str = "IndexError",
                   message: str = "index {value} is out of bounds for dimension {dim} with size {size}") -> None:

@@ -41,8 +41,8 @@ def cache_dir() -> str | None:
   if not d:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     d = os.path.join(base, "torch_uop")
+  if d in _untrusted: return None  # (also when one of its entries was found untrusted after the directory passed)
   if d in _trusted_dirs: return d
-  if d in _untrusted: return None
   try:
     os.makedirs(d, mode=0o700, exist_ok=True)
     st = os.stat(d)

@@ -277,14 +277,14 @@ class CompileWorkers:
     if requests and self.n: self.start()
     idle = list(self.procs)
     for i, request in enumerate(requests):
-      proc = idle.pop() if idle else None
+      if not idle: break  # the rest no helper takes: result() answers None, and the caller compiles them
+      proc = idle.pop()
       t = threading.Thread(target=self._run, args=(proc, request, pending, i), daemon=True)
       pending.threads.append(t)
       t.start()
     return pending
 
   def _run(self, proc, request, pending: _Pending, i: int) -> None:
-    if proc is None: return
     try:
       write_message(proc.stdin, request)
       reply = read_message(proc.stdout)

@@ -126,7 +126,7 @@ OPS.update({
   "pad": (("dim", _num), lambda t, dim: torch.nn.functional.pad(t.movedim(dim, -1), (1, 2)).movedim(-1, dim)),
   "unsqueeze": (("any", lambda t: True), lambda t: t.unsqueeze(0)),
   "matmul": (("matmul", _float), lambda a, b: a @ b.to(a.dtype)),
-  "index_select": (("index", lambda t: True), lambda t, dim, index: t.index_select(dim, index)),
+  "index_select": (("index_select", lambda t: True), lambda t, dim, index: t.index_select(dim, index)),
   "gather": (("gather", lambda t: True), lambda t, dim, index: torch.gather(t, dim, index)),
   "index": (("index", lambda t: True), lambda t, dim, index: t[(slice(None),) * dim + (index,)]),
 })
@@ -167,13 +167,14 @@ def _params(rng: random.Random, kind: str, pool: list, eligible) -> tuple | None
     if t.ndim != 2: return None
     fits = [j for j, u in enumerate(pool) if u.ndim == 2 and u.shape[0] == t.shape[1] and _float(u)]
     return ([i, rng.choice(fits)], {}) if fits else None
-  if kind in ("index", "gather"):
+  if kind in ("index", "index_select", "gather"):
     n = t.shape[dim]
     g = torch.Generator().manual_seed(rng.randrange(1 << 30))
     if kind == "gather":
       shape = tuple(rng.randint(1, s) if d != dim else rng.randint(1, 6) for d, s in enumerate(t.shape))
       return [i], {"dim": dim, "index": torch.randint(0, n, shape, generator=g)}
-    low = -n if rng.random() < 0.5 else 0  # advanced indexing wraps negative indices (index_select does not)
+    wrap = rng.random() < 0.5
+    low = -n if wrap and kind == "index" else 0  # advanced indexing wraps negative indices (index_select does not)
     return [i], {"dim": dim, "index": torch.randint(low, n, (rng.randint(1, 6),), generator=g)}
   raise ValueError(kind)
 
@@ -198,7 +199,6 @@ def program(seed: int) -> Program:
       chosen = _params(rng, kind, pool, eligible)
       if chosen is None: continue
       args, params = chosen
-      if name == "index_select": params["index"] = params["index"].remainder(pool[args[0]].shape[params["dim"]])
       try: out = fn(*[pool[i] for i in args], **params)
       except (RuntimeError, ValueError, IndexError, TypeError): continue
       if not isinstance(out, torch.Tensor) or out.numel() > 4096 or out.numel() == 0: continue
