@@ -69,6 +69,19 @@ import torch_uop.debug  # noqa: E402
 from torch_uop.testing import zoo  # noqa: E402
 
 BACKENDS = ("eager", "inductor", "uop")
+# torch_uop with an option or mode: each is a backend column of its own (--backends eager,uop,uop-freezing)
+VARIANTS = {"uop-freezing": {"backend": "uop", "options": {"freezing": True}},
+            "uop-max-autotune": {"backend": "uop", "mode": "max-autotune"},
+            "uop-reduce-overhead": {"backend": "uop", "mode": "reduce-overhead"}}
+ALL_BACKENDS = BACKENDS + tuple(VARIANTS)
+
+
+def compile_kwargs(backend: str) -> dict:
+  """torch.compile's keyword arguments for a backend column."""
+  return dict(VARIANTS.get(backend, {"backend": backend}))
+
+
+def is_uop(backend: str) -> bool: return compile_kwargs(backend)["backend"] == "uop"
 MODES = ("infer", "train")
 RTOL, ATOL_SCALE = 1e-3, 1e-3
 RESULT_TAG = "ZOO_RESULT "
@@ -119,7 +132,7 @@ def time_steady(call, rounds: int, round_s: float, budget_s: float) -> dict:
 def worker_main(name: str, mode: str, backend: str, size: str, quick: bool) -> dict:
   row = {"model": name, "mode": mode, "backend": backend, "size": size}
   rounds, round_s, budget_s = (3, 0.15, 1.0) if quick else (5, 0.5, 4.0)
-  if backend != "eager": row["setup_s"] = bm.one_time_setup(backend)  # from the pre-warmed cache: seconds
+  if backend != "eager": row["setup_s"] = bm.one_time_setup(compile_kwargs(backend)["backend"])  # pre-warmed cache: seconds
   torch._dynamo.reset()
   reference = None
   if backend != "eager":
@@ -129,7 +142,7 @@ def worker_main(name: str, mode: str, backend: str, size: str, quick: bool) -> d
     gc.collect()
   torch_uop.reset_metrics()
   model, inputs = zoo.build(name, size)
-  compiled = model if backend == "eager" else torch.compile(model, backend=backend, dynamic=False)
+  compiled = model if backend == "eager" else torch.compile(model, dynamic=False, **compile_kwargs(backend))
   call = make_call(mode, compiled, inputs, model)
   t0 = time.perf_counter()
   first = call()
@@ -140,7 +153,7 @@ def worker_main(name: str, mode: str, backend: str, size: str, quick: bool) -> d
       row["match"] = True
     except AssertionError as e:
       row["match"], row["mismatch"] = False, " ".join(str(e).split())[:400]
-  if backend == "uop":
+  if is_uop(backend):
     m = torch_uop.metrics()
     row["uop"] = {k: m[k] for k in ("graphs_compiled", "graphs_fallen_back", "fallback_nodes_total", "nodes_fallen_back",
                                      "nodes_lowered", "kernels_compiled")}
@@ -208,6 +221,9 @@ def run_worker(name: str, mode: str, backend: str, args, root: str, bases: dict)
     t0 = time.perf_counter()
     row, why = run_process(worker_cmd(args, "--worker", name, mode, backend), cache_env(fresh), args.timeout)
     wall = time.perf_counter() - t0
+    if args.warm and backend != "eager" and row and "compile_s" in row:  # again, with the caches the first run left
+      again, _ = run_process(worker_cmd(args, "--worker", name, mode, backend), cache_env(fresh), args.timeout)
+      if again and "compile_s" in again: row["warm_compile_s"] = again["compile_s"]
   finally:
     shutil.rmtree(fresh, ignore_errors=True)
   row = row or {"model": name, "mode": mode, "backend": backend, "size": args.size, "error": why}
@@ -216,7 +232,7 @@ def run_worker(name: str, mode: str, backend: str, args, root: str, bases: dict)
 
 
 def setup_entry(args) -> int:
-  print(f"setup {args.setup}: {bm.one_time_setup(args.setup):.1f}s", flush=True)
+  print(f"setup {args.setup}: {bm.one_time_setup(compile_kwargs(args.setup)['backend']):.1f}s", flush=True)
   print(RESULT_TAG + "{}", flush=True)
   return 0
 
@@ -263,8 +279,8 @@ def geomeans(rows: list[dict], modes: list[str]) -> dict:
   for label, ms in [(m, [m]) for m in modes] + ([("all", modes)] if len(modes) > 1 else []):
     sel = [r for r in rows if r["mode"] in ms and zoo.ZOO[r["model"]].group == "models"]
     g = {}
-    for key, backend, field in (("uop_over_eager", "uop", "speedup"), ("inductor_over_eager", "inductor", "speedup"),
-                                ("uop_over_inductor", "uop", "vs_inductor")):
+    pairs = [(f"{b.replace('-', '_')}_over_eager", b, "speedup") for b in ALL_BACKENDS if b != "eager"]
+    for key, backend, field in pairs + [("uop_over_inductor", "uop", "vs_inductor")]:
       xs = [r[field] for r in sel if r["backend"] == backend and r.get(field)]
       if xs: g[key] = {"geomean": geomean(xs), "entries": len(xs)}
     out[label] = g
@@ -283,6 +299,8 @@ def fmt_table(rows: list[dict], mode: str, backends: list[str], kernels: bool) -
   head = ["model"] + [f"{b} ms" + (" (x)" if b != "eager" else "") for b in backends]
   if "uop" in compiled and "inductor" in compiled: head.append("uop/ind")
   if compiled: head += ["compile s " + "/".join(compiled), "ok " + "/".join(compiled)]
+  warm = [b for b in compiled if any("warm_compile_s" in by.get((n, b), {}) for n in names)]
+  if warm: head.append("warm compile s " + "/".join(warm))
   head += ["peak MB " + "/".join(backends), "RSS MB " + "/".join(backends)]
   if kernels: head += ["GB/s " + "/".join(backends), "% of copy"]
   if "uop" in compiled: head.append("uop fallbacks")
@@ -299,6 +317,7 @@ def fmt_table(rows: list[dict], mode: str, backends: list[str], kernels: bool) -
       cs = [by.get((n, b), {}) for b in compiled]
       cells.append(" / ".join(fmt(r.get("compile_s"), 1) for r in cs))
       cells.append(" / ".join("ERR" if "error" in r else {True: "yes", False: "NO"}.get(r.get("match"), "-") for r in cs))
+      if warm: cells.append(" / ".join(fmt(by.get((n, b), {}).get("warm_compile_s"), 1) for b in warm))
     cells.append(" / ".join(fmt(r.get("peak_alloc_mb"), 0) for r in rs))
     cells.append(" / ".join(fmt(r.get("peak_rss_mb"), 0) for r in rs))
     if kernels:
@@ -471,7 +490,9 @@ def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--only", default=",".join(zoo.ZOO), help=f"comma-separated subset of {','.join(zoo.ZOO)}")
   ap.add_argument("--modes", default="infer,train", help="comma-separated subset of infer,train")
-  ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of eager,inductor,uop")
+  ap.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated subset of {','.join(ALL_BACKENDS)}")
+  ap.add_argument("--warm", action="store_true", help="run each compiled worker a second time in the cache directory "
+                  "its first run filled, and report that compile time too (warm compile s)")
   ap.add_argument("--size", default="real", choices=zoo.SIZES)
   ap.add_argument("--quick", action="store_true", help="fewer and shorter timing rounds")
   ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads(N) in every worker (default 2)")
@@ -496,8 +517,8 @@ def main(argv=None) -> int:
   for m in modes:
     if m not in MODES: ap.error(f"unknown mode {m!r}; choose from {', '.join(MODES)}")
   for b in backends:
-    if b not in BACKENDS: ap.error(f"unknown backend {b!r}; choose from {', '.join(BACKENDS)}")
-  return run_main(args, names, modes, [b for b in BACKENDS if b in backends])
+    if b not in ALL_BACKENDS: ap.error(f"unknown backend {b!r}; choose from {', '.join(ALL_BACKENDS)}")
+  return run_main(args, names, modes, [b for b in ALL_BACKENDS if b in backends])
 
 
 if __name__ == "__main__":

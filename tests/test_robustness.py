@@ -305,7 +305,7 @@ def test_debug_env_var_prints_kernel_list():
   r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
   assert r.returncode == 0, r.stderr
   assert "DONE" in r.stdout
-  assert "[torch_uop] 2 kernels, 0 fallback steps" in r.stderr
+  assert "[torch_uop] inference1: 2 kernels, 0 fallback steps" in r.stderr  # the listing names its graph
   assert "inference1_k0: out (1, 5) float32 <- buffers [0]" in r.stderr
   assert "inference1_k1: out (4, 5) float32 <- buffers [0, 1]" in r.stderr
   assert "compiled inference graph" in r.stderr

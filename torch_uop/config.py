@@ -6,17 +6,36 @@ whatever this says), `fallback_whole_graph` (bool: run the FX graph eagerly, for
 width of the BEAM search over each kernel's opts, core/search.py; 0 = the heuristic), `graph_cache` (bool: reuse
 whole compiled graphs from the disk cache, runtime/graph_cache.py; default on), `symbolic_shapes` (bool: compile a
 graph with symbolic sizes once, with size variables in its kernels; off: a static copy per size; default on).
+`freezing` (bool: inference graphs take the module's parameters and buffers as constants, folded at compile time,
+lowering/freezing.py; default off), `keep_arena` (bool: every graph keeps its intermediates' memory between calls,
+not only small ones; default off).
 Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu|opencl (TORCH_UOP_OPENCL_DEVICE picks
 the OpenCL device, runtime/opencl.py), TORCH_UOP_BEAM=N, TORCH_UOP_GRAPH_CACHE=0,
-TORCH_UOP_SYMBOLIC_SHAPES=0; the
+TORCH_UOP_SYMBOLIC_SHAPES=0, TORCH_UOP_FREEZING=1; the
 kernel disk cache reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over
 environment variables.
+
+torch.compile's `mode=` picks a preset of these options (MODES); torch.compile itself refuses a mode together with
+`options=`. Called directly, the backend applies the mode's preset first and `options` over it.
 """
 from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
 DEVICES = ("cpu", "opencl")  # for CPU tensors; graphs on a CUDA device always run as CUDA kernels
+
+# the BEAM width "max-autotune" searches with (each kernel times a few dozen candidates; winners go to the disk cache)
+MAX_AUTOTUNE_BEAM = 4
+
+# torch.compile(mode=...) -> the options it sets. torch_uop builds no CUDA graphs, so "reduce-overhead" means, on every
+# device, the call path that allocates nothing but outputs (each graph's intermediates stay allocated between calls),
+# and "max-autotune" and "max-autotune-no-cudagraphs" are the same search.
+MODES = {
+  "default": {},
+  "reduce-overhead": {"keep_arena": True},
+  "max-autotune": {"beam": MAX_AUTOTUNE_BEAM},
+  "max-autotune-no-cudagraphs": {"beam": MAX_AUTOTUNE_BEAM},
+}
 
 
 def _coerce(name: str, value, kind: type):
@@ -41,17 +60,22 @@ class Config:
   beam: int = 0
   graph_cache: bool = True
   symbolic_shapes: bool = True
+  freezing: bool = False
+  keep_arena: bool = False
 
   @staticmethod
-  def from_options(options: dict | None = None) -> Config:
+  def from_options(options: dict | None = None, mode: str | None = None) -> Config:
     cfg = Config(debug=int(os.environ.get("TORCH_UOP_DEBUG", "0") or 0),
                  opt_level=int(os.environ.get("TORCH_UOP_OPT_LEVEL", "3") or 3),
                  device=os.environ.get("TORCH_UOP_DEVICE", "cpu"),
                  beam=_coerce("TORCH_UOP_BEAM", os.environ.get("TORCH_UOP_BEAM", "0") or 0, int),
                  graph_cache=_coerce("TORCH_UOP_GRAPH_CACHE", os.environ.get("TORCH_UOP_GRAPH_CACHE", "1"), bool),
-                 symbolic_shapes=_coerce("TORCH_UOP_SYMBOLIC_SHAPES", os.environ.get("TORCH_UOP_SYMBOLIC_SHAPES", "1"), bool))
+                 symbolic_shapes=_coerce("TORCH_UOP_SYMBOLIC_SHAPES", os.environ.get("TORCH_UOP_SYMBOLIC_SHAPES", "1"), bool),
+                 freezing=_coerce("TORCH_UOP_FREEZING", os.environ.get("TORCH_UOP_FREEZING", "0"), bool))
+    if mode is not None and mode not in MODES:
+      raise ValueError(f"torch_uop: unknown mode {mode!r}; modes: {sorted(MODES)}")
     known = {f.name for f in fields(Config)}
-    for k, v in (options or {}).items():
+    for k, v in {**MODES[mode or "default"], **(options or {})}.items():
       if k not in known: raise ValueError(f"torch_uop: unknown option {k!r}; known options: {sorted(known)}")
       setattr(cfg, k, _coerce(k, v, type(getattr(cfg, k))))
     if cfg.device not in DEVICES: raise ValueError(f"torch_uop: device {cfg.device!r} is not available; choose from {DEVICES}")

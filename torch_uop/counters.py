@@ -2,7 +2,7 @@
 from __future__ import annotations
 import collections
 import copy
-import sys
+from torch_uop import log
 
 _fresh = lambda: {
   "graphs_compiled": 0,          # FX graphs handed to torch_uop (forward, backward and inference count apart)
@@ -20,9 +20,9 @@ _fresh = lambda: {
   "graph_cache_hits": 0,         # graphs whose whole plan came from the graph cache (no lowering, codegen or LLVM)
   "kernels_searched": 0,         # kernels whose opts a BEAM search chose (TORCH_UOP_BEAM)
   "search_cache_hits": 0,        # kernels whose BEAM winner came from the disk cache
+  "frozen_refolds": 0,           # calls of a frozen graph that found its weights changed and folded them again
 }
 _state = _fresh()
-_reported: set = set()
 
 
 def metrics() -> dict:
@@ -37,13 +37,12 @@ def metrics() -> dict:
 def reset_metrics() -> None:
   global _state
   _state = _fresh()
-  _reported.clear()
 
 
 def state() -> dict: return _state
 
 
-def report_fallback_once(op: str, reason: str, debug: int) -> None:
-  if debug >= 1 and op not in _reported:
-    _reported.add(op)
-    print(f"[torch_uop] fallback to ATen for {op}: {reason}", file=sys.stderr)
+def report_fallback(what: str, reason: str, key: str | None = None) -> None:
+  """Log, at WARNING and once per process for each `key` (default: `what`, e.g. an op's name), that `what` runs in
+  torch instead of as torch_uop kernels, and why: correct, but slower."""
+  log.warn_once("fallback", key or what, "%s runs in torch, not as torch_uop kernels: %s", what, reason)

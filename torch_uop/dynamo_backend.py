@@ -11,17 +11,19 @@ that is neither the CPU nor CUDA) run as they are. `graph_target` picks where a 
 """
 from __future__ import annotations
 import functools
-import sys
+import logging
 import time
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo import register_backend
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch_uop.config import Config
-from torch_uop import counters as _metrics
+from torch_uop import counters as _metrics, log
 from torch_uop.lowering.specialize import call_signature
 
 aten = torch.ops.aten
+_log = log.get("compile")
+_freeze_log = log.get("freezing")
 
 # decompositions beyond core ATen that give simpler graphs for the lowerings
 _EXTRA_DECOMPS = [
@@ -58,9 +60,10 @@ def decomposition_table() -> dict:
 
 
 def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, kind: str = "graph", recorder=None,
-                     specialization: bool = False):
+                     specialization: bool = False, constant_inputs: frozenset = frozenset()):
   """One ATen FX graph -> a boxed callable running torch_uop kernels (from the graph cache when it has them).
-  `specialization`: gm is the static copy a SizeSpecializedGraph made for one call's sizes."""
+  `specialization`: gm is the static copy a SizeSpecializedGraph made for one call's sizes. `constant_inputs`:
+  positions of inputs every call passes unchanged (a frozen graph's weights, CompiledGraph's prologue)."""
   from torch_uop.lowering.graph import lower_graph, WholeGraphFallback
   from torch_uop.lowering.specialize import has_symbolic_sizes
   from torch_uop.runtime.executor import CompiledGraph
@@ -73,7 +76,8 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
     if recorder is not None: recorder.graph(kind, gm, None)  # the Dynamo-level cache holds static graphs only
     return SizeSpecializedGraph(gm, config, kind)
   target = graph_target(gm, config)
-  key = graph_cache.aten_key(gm, example_inputs, config, kind) if _graph_cache_on(config) and target.kind == "cpu" else None
+  cache_kind = f"{kind}|constants={sorted(constant_inputs)}" if constant_inputs else kind
+  key = graph_cache.aten_key(gm, example_inputs, config, cache_kind) if _graph_cache_on(config) and target.kind == "cpu" else None
   entry = graph_cache.load(key)
   if isinstance(entry, graph_cache.GraphEntry):
     try:
@@ -81,7 +85,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
       if recorder is not None: recorder.graph(kind, gm, entry)
       return compiled
     except Exception as e:  # e.g. an object another LLVM cannot load: compile instead
-      if config.debug >= 1: print(f"[torch_uop] graph cache entry unusable ({type(e).__name__}: {e}); compiling", file=sys.stderr)
+      _log.warning("a graph cache entry is unusable (%s: %s); compiling the graph", type(e).__name__, e)
   st["size_specializations" if specialization else "graphs_compiled"] += 1
   try:
     if config.fallback_whole_graph: raise WholeGraphFallback("option fallback_whole_graph")
@@ -96,21 +100,22 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   try:
     name = f"{kind}{st['graphs_compiled']}" + (f"_s{st['size_specializations']}" if specialization else "")
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
-                             beam=config.beam, target=target)
+                             beam=config.beam, target=target, constant_inputs=constant_inputs)
   except Exception as e:  # a scheduling or compile bug must never break the user's program
-    if config.debug >= 3: import traceback; traceback.print_exc()
+    _log.debug("compiling %s failed", name, exc_info=True)
     if recorder is not None: recorder.graph(kind, gm, None)
     return _whole_graph_fallback(gm, f"compilation failed: {type(e).__name__}: {e}", config)
+  compiled.keep_arena = config.keep_arena
   if compiled.storage_offset_guards:
     from torch._functorch.aot_autograd import make_boxed_func
     compiled.eager = make_boxed_func(gm.forward)
-  entry = graph_cache.GraphEntry(compiled.plan, lowered.nodes_lowered, list(lowered.fallbacks)) if compiled.cacheable else None
+  entry = graph_cache.GraphEntry(compiled.plan, lowered.nodes_lowered, list(lowered.fallbacks), dict(lowered.fallback_reasons)) \
+      if compiled.cacheable else None
   if entry is not None and key is not None and not graph_cache.store(key, entry): entry = None
   if recorder is not None: recorder.graph(kind, gm, entry)
   st["compile_time_s"]["total"] += time.perf_counter() - t0
-  if config.debug >= 1:
-    print(f"[torch_uop] compiled {kind} graph: {lowered.nodes_lowered} nodes lowered, {len(lowered.fallbacks)} fell back, "
-          f"{compiled.n_kernels} kernels in {time.perf_counter() - t0:.3f}s", file=sys.stderr)
+  _log.info("compiled %s graph %s: %d nodes lowered, %d fell back, %d kernels in %.3fs", kind, name, lowered.nodes_lowered,
+            len(lowered.fallbacks), compiled.n_kernels, time.perf_counter() - t0)
   return compiled
 
 
@@ -136,18 +141,20 @@ def _graph_cache_on(config: Config) -> bool:
 def _graph_from_entry(entry, config: Config, kind: str, t0: float, specialization: bool = False):
   """A CompiledGraph from a graph cache entry, counted in the metrics as its first compile was."""
   from torch_uop.runtime.executor import CompiledGraph
-  compiled = CompiledGraph.from_plan(entry.plan, debug=config.debug)
   st = _metrics.state()
+  compiled = CompiledGraph.from_plan(entry.plan, debug=config.debug,
+                                     name=f"{kind}{st['graphs_compiled'] + (0 if specialization else 1)}")
+  compiled.keep_arena = config.keep_arena
   st["size_specializations" if specialization else "graphs_compiled"] += 1
   st["graph_cache_hits"] += 1
   st["nodes_lowered"] += entry.nodes_lowered
-  for op in entry.fallbacks: st["nodes_fallen_back"][op] += 1
+  for op in entry.fallbacks:
+    st["nodes_fallen_back"][op] += 1
+    _metrics.report_fallback(op, getattr(entry, "fallback_reasons", {}).get(op, "(its reason was not cached)"))
   st["kernels_compiled"] += compiled.n_kernels
   st["compile_time_s"]["graph_cache"] += time.perf_counter() - t0
   st["compile_time_s"]["total"] += time.perf_counter() - t0
-  if config.debug >= 1:
-    print(f"[torch_uop] {kind} graph from the graph cache: {compiled.n_kernels} kernels in {time.perf_counter() - t0:.3f}s",
-          file=sys.stderr)
+  _log.info("%s graph from the graph cache: %d kernels in %.3fs", kind, compiled.n_kernels, time.perf_counter() - t0)
   return compiled
 
 
@@ -193,6 +200,7 @@ def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config,
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
                              size_vars=list(sizes.vars.values()), target=target)
   if compiled.storage_offset_guards: raise NotImplementedError("storage offset guards")
+  compiled.keep_arena = config.keep_arena
   if sizes.torch_decisions() != decided: raise NotImplementedError("a lowering turned a torch SymInt into an int")
   st["symbolic_graphs"] += 1
   st["nodes_lowered"] += lowered.nodes_lowered
@@ -273,13 +281,11 @@ class SizeSpecializedGraph:
       graph = compile_symbolic_graph(self.gm, args, self.config, self.kind, pinned)
     except Exception as e:  # anything the symbolic path cannot hold: static copies instead
       self.symbolic_failures += 1
-      if self.config.debug >= 1:
-        print(f"[torch_uop] no symbolic {self.kind} graph ({type(e).__name__}: {e}); compiling per size", file=sys.stderr)
-      if self.config.debug >= 3: import traceback; traceback.print_exc()
+      _log.info("no symbolic %s graph (%s: %s); compiling per size", self.kind, type(e).__name__, e,
+                exc_info=_log.isEnabledFor(logging.DEBUG))
       return None
-    if self.config.debug >= 1:
-      print(f"[torch_uop] symbolic {self.kind} graph compiled in {time.perf_counter() - t0:.3f}s: variables "
-            f"{sorted(graph.sizes.vars)}, {len(graph.guards)} guards, specialized on {sorted(graph.pinned) or 'none'}", file=sys.stderr)
+    _log.info("symbolic %s graph compiled in %.3fs: variables %s, %d guards, specialized on %s", self.kind,
+              time.perf_counter() - t0, sorted(graph.sizes.vars), len(graph.guards), sorted(graph.pinned) or "none")
     return graph
 
   def _specialize(self, args: list, signature: tuple):
@@ -289,13 +295,11 @@ class SizeSpecializedGraph:
       static, kept = specialize(self.gm, args)
       entry = compile_fx_graph(static, [args[i] for i in kept], self.config, self.kind, specialization=True), kept
     except Exception as e:  # e.g. a size torch's meta functions cannot propagate: this signature runs in torch
-      if self.config.debug >= 1: print(f"[torch_uop] no static {self.kind} graph for {signature}: {type(e).__name__}: {e}",
-                                       file=sys.stderr)
+      _log.info("no static %s graph for %s: %s: %s", self.kind, signature, type(e).__name__, e)
       entry = _whole_graph_fallback(self.gm, f"sizes not specializable: {type(e).__name__}", self.config), None
     self._remember(signature, entry)
-    if self.config.debug >= 1:
-      print(f"[torch_uop] {self.kind} graph specialized for sizes {[tuple(s[0]) if isinstance(s, tuple) else s for s in signature]} "
-            f"in {time.perf_counter() - t0:.3f}s", file=sys.stderr)
+    _log.info("%s graph specialized for sizes %s in %.3fs", self.kind,
+              [tuple(s[0]) if isinstance(s, tuple) else s for s in signature], time.perf_counter() - t0)
     return entry
 
 
@@ -339,17 +343,86 @@ def _whole_graph_fallback(gm, reason: str, config: Config):
   st["graphs_fallen_back"] += 1
   for node in gm.graph.nodes:
     if node.op == "call_function": st["nodes_fallen_back"][str(getattr(node.target, "__name__", node.target))] += 1
-  _metrics.report_fallback_once(f"whole graph ({reason})", "run by torch", config.debug)
+  _metrics.report_fallback("a whole graph", reason, key=f"graph: {reason}")
   from torch._functorch.aot_autograd import make_boxed_func
   return make_boxed_func(gm.forward)
 
 
-def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
-  """The torch.compile backend: `torch.compile(model, backend="uop", options={...})`."""
+def compile_frozen_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, params: dict, kind: str = "inference"):
+  """An inference graph with the module's weights frozen (option `freezing`, lowering/freezing.py): `params` maps
+  input positions to the real parameters and buffers Dynamo passes there. Those the graph mutates or returns views of
+  stay inputs. Falls back to compile_fx_graph when the graph is not one freezing understands or nothing folds."""
+  from torch._guards import TracingContext, detect_fake_mode
+  from torch_uop.lowering.freezing import freeze
+  ctx = TracingContext.try_get()
+  meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+  n_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+  fake_mode = detect_fake_mode(example_inputs)
+  frozen = None
+  if meta is not None and fake_mode is not None and n_inputs == len(meta.input_info) and params:
+    aliased = {o.base_idx for o in meta.output_info if o.base_idx is not None}
+    params = {i: t for i, t in params.items() if i < n_inputs and i not in aliased and
+              not meta.input_info[i].mutates_data and not meta.input_info[i].mutates_metadata}
+    try:
+      frozen = freeze(gm, params, fake_mode) if params else None
+    except Exception as e:  # freezing is an optimization: a graph it cannot handle compiles as it is
+      _freeze_log.info("not freezing %s graph (%s: %s)", kind, type(e).__name__, e, exc_info=_freeze_log.isEnabledFor(logging.DEBUG))
+  if frozen is None: return compile_fx_graph(gm, example_inputs, config, kind)
+  inputs = [n.meta["val"] for n in frozen.gm.graph.nodes if n.op == "placeholder"]
+  compiled = compile_fx_graph(frozen.gm, inputs, config, kind, constant_inputs=frozen.constant_inputs)
+  args = [params.get(i) for i in range(n_inputs)]
+  _freeze_log.info("%s graph frozen: %d weights, %d folded constants", kind, len(frozen.param_positions),
+                   len(inputs) - len(frozen.kept))
+  return FrozenGraph(compiled, frozen, args)
+
+
+class FrozenGraph:
+  """The callable of a frozen graph: passes its folded constants, then the inputs the frozen graph reads. Guarded:
+  a frozen weight that is another tensor now, or was changed in place (its version counter or its storage), is
+  folded again before the call, and the graph's prologue runs again, so a frozen graph never uses stale weights."""
+
+  def __init__(self, compiled, frozen, args: list):
+    self.compiled, self.frozen = compiled, frozen
+    self._boxed_call = True
+    self._fold(args)
+
+  def _fold(self, args: list) -> None:
+    self.constants = self.frozen.constants(args)
+    self.guards = [(i, args[i], _version(args[i]), args[i].data_ptr()) for i in self.frozen.param_positions]
+
+  def __call__(self, *args):
+    args = args[0] if len(args) == 1 and type(args[0]) is list else list(args)
+    for i, t, version, ptr in self.guards:
+      a = args[i]
+      if a is not t or (version is not None and a._version != version) or a.data_ptr() != ptr:
+        self._refold(args)
+        break
+    call = [*self.constants, *(args[k] for k in self.frozen.kept)]
+    args.clear()
+    return self.compiled(call)
+
+  def _refold(self, args: list) -> None:
+    log.warn_once("freezing", "refold", "the weights of a frozen graph changed after it was compiled: torch_uop folds "
+                  "them again at the call that sees them (freezing is for weights that stay as they are)")
+    _metrics.state()["frozen_refolds"] += 1
+    self._fold(args)
+    if hasattr(self.compiled, "refresh_constants"): self.compiled.refresh_constants()
+
+
+def _version(t: torch.Tensor):
+  """A tensor's version counter, or None for an inference tensor (which has none)."""
+  try: return t._version
+  except RuntimeError: return None
+
+
+def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, mode: str | None = None, **kwargs):
+  """The torch.compile backend: `torch.compile(model, backend="uop", options={...})` or `mode=...` (config.MODES)."""
   from torch_uop.runtime import graph_cache
-  config = Config.from_options({**(options or {}), **kwargs})
+  config = Config.from_options({**(options or {}), **kwargs}, mode)
+  log.show_debug_output(config.debug)
   t0 = time.perf_counter()
-  key = graph_cache.dynamo_key(gm, example_inputs, config) if _graph_cache_on(config) else None
+  # (a frozen graph's callable is made at each compile: the Dynamo-level cache, which skips AOTAutograd, is off)
+  key = graph_cache.dynamo_key(gm, example_inputs, config) if _graph_cache_on(config) and not config.freezing else None
   entry = graph_cache.load(key)
   if isinstance(entry, graph_cache.DynamoEntry):
     try:
@@ -357,11 +430,15 @@ def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
       _metrics.state()["compile_time_s"]["dynamo_graph_cache"] += time.perf_counter() - t0
       return fn
     except Exception as e:
-      if config.debug >= 1: print(f"[torch_uop] graph cache entry unusable ({type(e).__name__}: {e}); compiling", file=sys.stderr)
+      _log.warning("a graph cache entry is unusable (%s: %s); compiling the graph", type(e).__name__, e)
   recorder = _DynamoRecorder(key, len(example_inputs)) if key is not None else None
   fw = functools.partial(compile_fx_graph, config=config, kind="forward", recorder=recorder)
   bw = functools.partial(compile_fx_graph, config=config, kind="backward", recorder=recorder)
   inf = functools.partial(compile_fx_graph, config=config, kind="inference", recorder=recorder)
+  if config.freezing:  # Dynamo marks the module's parameters and buffers it passes as inputs as static
+    params = {i: t for i, t in enumerate(example_inputs) if isinstance(t, torch.Tensor) and not isinstance(t, torch._subclasses.FakeTensor)
+              and getattr(t, "_dynamo_static_input_type", None) is not None}
+    inf = functools.partial(compile_frozen_graph, config=config, params=params)
   return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf,
                       decompositions=decomposition_table())(gm, example_inputs)
 

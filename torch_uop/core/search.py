@@ -29,7 +29,9 @@ import sys
 import time
 from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts, GPU_UPCAST
 from torch_uop.core.uop import Ops
-from torch_uop import counters as _metrics
+from torch_uop import counters as _metrics, log
+
+_log = log.get("search")
 
 MAX_SEARCH_S = 10.0      # per kernel, compile and timing together
 MAX_CANDIDATES = 40      # per kernel, the heuristic's and the plain kernel's opts included
@@ -270,7 +272,7 @@ def beam_search(item, width: int, opt_level: int = 3, debug: int = 0, name: str 
     try:
       return _beam_search(item, width, opt_level, debug, name, target)
     except Exception as e:  # a kernel the search cannot run (e.g. overlapping scratch layouts) keeps the heuristic
-      if debug >= 1: print(f"[torch_uop] beam {name}: not searched ({type(e).__name__}: {e})", file=sys.stderr)
+      _log.info("beam %s: not searched (%s: %s)", name, type(e).__name__, e)
       return None
 
 
@@ -324,9 +326,8 @@ def _beam_search(item, width: int, opt_level: int, debug: int, name: str, target
     t_heuristic, t_best = bench.confirm(heuristic, beam[0])
     if t_best < t_heuristic * (1 - MIN_GAIN): winner = beam[0]
   st["kernels_searched"] += 1
-  if debug >= 1:
-    print(f"[torch_uop] beam {name}: {len(timed)} candidates in {time.perf_counter() - t_start:.2f}s, "
-          f"heuristic {t_heuristic * 1e6:.1f}us {heuristic}, best {t_best * 1e6:.1f}us {beam[0]}, chosen {winner}", file=sys.stderr)
+  _log.info("beam %s: %d candidates in %.2fs, heuristic %.1fus %s, best %.1fus %s, chosen %s", name, len(timed),
+            time.perf_counter() - t_start, t_heuristic * 1e6, heuristic, t_best * 1e6, beam[0], winner)
   record = {"upcast": winner.upcast, "split_axis": winner.split_axis, "vector_axis": winner.vector_axis, "group": winner.group,
             "time_s": t_best if winner != heuristic else t_heuristic, "heuristic_time_s": t_heuristic, "candidates": len(timed)}
   cache.store_tuning(key, json.dumps(record))

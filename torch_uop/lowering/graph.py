@@ -22,7 +22,9 @@ from torch_uop.core.shapetracker import ShapeTracker
 from torch_uop.lowering.registry import lowering_for, LoweringContext, set_graph_device, on_graph_device
 from torch_uop.lowering.specialize import is_symbolic, to_size, SizeVars
 from torch_uop.lowering.tensor import LT
-from torch_uop import counters as _metrics
+from torch_uop import counters as _metrics, log
+
+_log = log.get("fallback")
 
 
 class WholeGraphFallback(Exception):
@@ -103,6 +105,8 @@ class LoweredGraph:
   # offset, but an as_strided with an explicit offset addresses storage: another offset needs another graph.
   storage_offset_guards: dict = field(default_factory=dict)
   checks: list = field(default_factory=list)  # (scalar LT, RuntimeCheck) per run-time data check
+  provenance: dict = field(default_factory=dict)  # tensor node -> name of the ATen op whose result it is (for profiles)
+  fallback_reasons: dict = field(default_factory=dict)  # op name -> why its first node fell back
 
 
 def _map_args(x, fn):
@@ -210,13 +214,15 @@ def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
           finally: slot = state.slot
           env[node] = out
           g.nodes_lowered += 1
+          _note_provenance(g.provenance, out, getattr(node.target, "_opname", None) or _op_name(node.target))
           continue
         except Exception as e:  # any failure of a lowering means: let torch run this node
           reason = f"{type(e).__name__}: {e}"
-          if debug >= 3: import traceback; traceback.print_exc()
+          _log.debug("lowering %s failed", node.name, exc_info=True)
       env[node], slot = _fallback_node(node, args, kwargs, buffer_slots, slot)
       g.fallbacks.append(_op_name(node.target))
-      _metrics.report_fallback_once(_op_name(node.target), reason, debug)
+      g.fallback_reasons.setdefault(_op_name(node.target), reason)
+      _metrics.report_fallback(_op_name(node.target), reason)
     elif node.op == "get_attr":
       env[node], slot = _constant_node(gm, node, buffer_slots, slot)
     elif node.op == "output":
@@ -309,6 +315,14 @@ class GraphState:
 
 
 def _op_name(target) -> str: return str(getattr(target, "__name__", target))
+
+
+def _note_provenance(provenance: dict, out, name: str) -> None:
+  """Remember which op each result node (and the node a result view is of) computes; the first op to claim wins."""
+  for lt in out if isinstance(out, (tuple, list)) else [out]:
+    if not isinstance(lt, LT): continue
+    provenance.setdefault(lt.uop, name)
+    if lt.uop.op is Ops.VIEW and lt.uop.src: provenance.setdefault(lt.uop.src[0], name)
 
 
 def _fallback_node(node, args, kwargs, buffer_slots, slot):

@@ -25,6 +25,7 @@ import sysconfig
 import threading
 import llvmlite.binding as llvm
 from torch_uop.runtime import cache
+from torch_uop import progress
 from torch_uop.runtime.llvm_worker import compile_module, read_message, write_message
 from torch_uop.runtime import llvm_worker
 
@@ -195,15 +196,17 @@ class CPUProgram:
     batches = balanced_batches([(i, len(modules[i])) for i in todo], max(workers.n, 1))
     pending = workers.submit([([modules[i] for i in batch], cpu_name, features, opt_level) for batch in batches])
     optimized = []
-    for n, batch in enumerate(batches):
-      objs = pending.result(n)
-      for j, i in enumerate(batch):
-        if objs is None:
-          obj, mod = compile_module(modules[i], cpu_name, features, opt_level)
-          optimized.append(str(mod))
-        else: obj = objs[j]
-        objects[i] = obj
-        if disk_cache: cache.store(keys[i], obj)
+    with progress.steps("LLVM", len(todo), unit="module") as done:
+      for n, batch in enumerate(batches):
+        objs = pending.result(n)
+        for j, i in enumerate(batch):
+          if objs is None:
+            obj, mod = compile_module(modules[i], cpu_name, features, opt_level)
+            optimized.append(str(mod))
+          else: obj = objs[j]
+          objects[i] = obj
+          if disk_cache: cache.store(keys[i], obj)
+          done.update()
     self.optimized_ir = "\n".join(optimized) if todo else None  # None: nothing was optimized in this process
     return objects
 

@@ -18,13 +18,14 @@ whose launches only enqueue (OpenCL on host memory) is synchronized before every
 """
 from __future__ import annotations
 import hashlib
+import logging
 import math
 import dataclasses
 from dataclasses import dataclass, field
-import sys
 import threading
 import time
 import torch
+from torch.autograd import profiler as _torch_profiler
 from torch_uop.core.dtypes import to_torch, dtypes
 from torch_uop.core.sym import Sym, is_sym, concrete, known_equal
 from torch_uop.core.uop import UOp, Ops, pretty
@@ -41,7 +42,9 @@ from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_su
     compile_workers
 from torch_uop.runtime import threads
 from torch_uop.runtime.memory import advise_huge_pages, huge_page_advisor, HUGE_PAGE_MIN_BYTES
-from torch_uop import counters as _metrics
+from torch_uop import counters as _metrics, log, progress
+
+_log = log.get("kernels")
 
 
 class _Timer:
@@ -86,6 +89,7 @@ class KernelStep:
   split_arg: bool = False  # its launchers take the split size as an argument (a symbolic one)
   items: int = 0     # GPU-style targets: output positions (work-items, or work-groups when grouped)
   local_size: int = 0  # GPU-style targets: work-items per group of a grouped reduction
+  what: str = ""     # what it computes, for profiles: the ATen ops fused into it and its shape (_describe)
 
 
 @dataclass
@@ -116,6 +120,7 @@ class GraphPlan:
   size_slot: int | None = None  # the int64 buffer in this slot
   target: object = None    # runtime/devices.py Target (None: the CPU)
   checks: list = field(default_factory=list)  # (slot, lowering.graph.RuntimeCheck): read after the kernels
+  prologue: tuple = ()     # steps that read only constant inputs (freezing): run once, their outputs kept
 
 
 # step name -> (calls, seconds) while torch_uop.debug.profile() is active, else None
@@ -127,15 +132,20 @@ _observers: list[list] = []
 
 class CompiledGraph:
   """`kernels` (codegen.Kernel: name, ast, program, buffers) and `sources` (each kernel's LLVM IR, in
-  the same order) stay available for inspection; `n_kernels`/`n_fallbacks` count the steps of one call."""
+  the same order) stay available for inspection; `n_kernels`/`n_fallbacks` count the steps of one call.
+  `keep_arena` (set by the backend: mode="reduce-overhead"): keep the arena between calls whatever its size."""
+
+  keep_arena = False
 
   def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph", beam: int = 0,
-               size_vars: list | None = None, target: Target = CPU):
+               size_vars: list | None = None, target: Target = CPU, constant_inputs: frozenset = frozenset()):
     """`size_vars`: the graph's size variables (DEFINE_VARs, in the order of the int64 buffer kernels read them
     from) when its sizes are symbolic: built inside a core.sym.SizeContext, the result is a template whose
     `instance(values)` is the graph for one call's sizes (kernels shared, only the plan made again).
-    `target`: where the kernels run (runtime/devices.py)."""
-    self.target = target
+    `target`: where the kernels run (runtime/devices.py). `constant_inputs`: positions of inputs that every call
+    passes unchanged (frozen weights): the kernels that read only them run once, at the first call (the prologue),
+    and their results are kept until `refresh_constants()`."""
+    self.target, self.name = target, name
     gpu = target.kind == "gpu"
     # an instance attribute, so wrappers made with functools.wraps (torch._dynamo.disable) keep it
     self._boxed_call = True
@@ -183,18 +193,21 @@ class CompiledGraph:
     self.vars_slot = vars_slot
     self.buffers = sched.buffers
     kernels, tuned = [], {}
+    n_items = sum(isinstance(item, KernelItem) for item in sched.items)
     if beam:  # opts chosen by timing candidates (core/search.py); None keeps the heuristic
-      with _Timer("search"):
-        tuned = {i: beam_search(item, beam, opt_level, debug, f"{name}_k{i}", target if gpu else None)
-                 for i, item in enumerate(sched.items)
-                 if isinstance(item, KernelItem)}
+      with _Timer("search"), progress.steps(f"{name}: BEAM search", n_items) as done:
+        for i, item in enumerate(sched.items):
+          if isinstance(item, KernelItem):
+            tuned[i] = beam_search(item, beam, opt_level, debug, f"{name}_k{i}", target if gpu else None)
+            done.update()
     # the LLVM modules compile in helper processes (runtime/cpu.py): they start now, loading while codegen runs
     if not gpu and any(isinstance(item, KernelItem) for item in sched.items): compile_workers().start()
     max_group, parallelism = (target.max_group(), target.parallelism()) if gpu else (0, 0)
-    with _Timer("codegen"):
+    with _Timer("codegen"), progress.steps(f"{name}: codegen", n_items) as done:
       for i, item in enumerate(sched.items):
         if isinstance(item, KernelItem):
           kernels.append((item, build_kernel(item, f"{name}_k{i}", tuned.get(i), target.kind, max_group, parallelism)))
+          done.update()
     if vars_slot is not None:
       sched.buffers[vars_slot] = BufferInfo(vars_slot, (len(self.var_position),), dtypes.int64, "input")
     renderer = target.renderer() if gpu else None
@@ -203,7 +216,7 @@ class CompiledGraph:
       else: sources = [render_llvm(k.name, k.program, k.buffers) for _, k in kernels]
     self.kernels = [k for _, k in kernels]
     self.sources = sources
-    if debug >= 2: self._print_kernels(sched, sources)
+    if debug >= 2 or _log.isEnabledFor(logging.DEBUG): self._log_kernels(sched, sources)
     work = {k.name: _kernel_work(k) for _, k in kernels}
     # each kernel is its own LLVM module, under a name derived from its code: a kernel seen before (in this graph,
     # another graph or another size of it) is one function, and its native object comes from the disk cache
@@ -253,7 +266,8 @@ class CompiledGraph:
                                            math.prod(info.shape) == 0, k.split_size, work[k.name],
                                            f"{sym}_py" if f"{sym}_py" in entries else None,
                                            f"{sym}_par" if f"{sym}_par" in entries else None, k.name,
-                                           is_sym(k.split_size), launch_items(k.program) if gpu else 0, k.local_size)))
+                                           is_sym(k.split_size), launch_items(k.program) if gpu else 0, k.local_size,
+                                           _describe(item, lowered.provenance, info.shape))))
       else:
         steps.append(("fallback", FallbackStep(item.node.arg, [src.shape for src in item.node.src], item.in_slots, item.out_slots)))
     self.n_fallbacks = sum(1 for s in steps if s[0] == "fallback")
@@ -263,8 +277,11 @@ class CompiledGraph:
     # complex outputs are computed as their view_as_real and handed out through view_as_complex
     complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and outputs_plan[i][0] == "tensor"}
     checks = [(sched.node_slot[v.uop], check) for v, check in lowered.checks]
+    constant_slots = {self.inputs[i].slot for i in constant_inputs if self.inputs[i] is not None}
+    prologue = _constant_steps(steps, constant_slots, {slot for kind, slot, _ in outputs_plan if kind == "tensor"}) \
+        if not self.size_vars else ()
     self._template = (steps, outputs_plan, complex_outputs, checks, signatures,
-                      program.object_code if program and not gpu else None)
+                      program.object_code if program and not gpu else None, prologue)
     self.program = program
     if self.size_vars:  # the plan depends on the sizes: one per call signature, made by instance()
       self.plan, self.n_kernels = None, sum(1 for kind, _ in steps if kind == "kernel")
@@ -274,7 +291,7 @@ class CompiledGraph:
 
   def _make_plan(self, values: dict) -> GraphPlan:
     """The plan for the sizes `values` gives the size variables (empty for a static graph): lifetimes, the arena."""
-    steps, outputs_plan, complex_outputs, checks, signatures, object_code = self._template
+    steps, outputs_plan, complex_outputs, checks, signatures, object_code, prologue = self._template
     if self.size_vars: values = {**values, **{name: values[base] // f for name, (base, f) in self.derived_vars.items()}}
     if values:
       steps = [(kind, _concrete_fields(step, values)) for kind, step in steps]
@@ -285,7 +302,8 @@ class CompiledGraph:
     buffers = {s: _concrete_fields(info, values) for s, info in self.buffers.items()} if values else self.buffers
     inputs = [None if spec is None else _concrete_fields(spec, values) for spec in self.inputs] if values else self.inputs
     # free each intermediate after its last use
-    keep = {slot for kind, slot, _ in outputs_plan if kind == "tensor"} | {slot for slot, _ in checks}
+    keep = {slot for kind, slot, _ in outputs_plan if kind == "tensor"} | {slot for slot, _ in checks} | \
+        {steps[i][1].out_slot for i in prologue}  # (the prologue's results live as long as the graph)
     last_use: dict = {}
     for i, (kind, step) in enumerate(steps):
       for s in step.slots if kind == "kernel" else step.in_slots + list(step.out_slots.values()): last_use[s] = i
@@ -298,18 +316,20 @@ class CompiledGraph:
     sizes = tuple(values[name] for name in sorted(self.var_position, key=self.var_position.get)) if self.size_vars else ()
     return GraphPlan(inputs, self.storage_offset_guards, buffers, steps, outputs_plan, complex_outputs,
                      release, arena_offsets, arena_bytes, signatures, object_code,
-                     (self.peak_bytes, self.peak_bytes_unplanned), sizes, self.vars_slot, self.target, checks)
+                     (self.peak_bytes, self.peak_bytes_unplanned), sizes, self.vars_slot, self.target, checks, prologue)
 
   def instance(self, values: dict) -> "CompiledGraph":
     """A graph with symbolic sizes, for the sizes `values` gives its variables (by name): its kernels, a new plan."""
-    return CompiledGraph.from_plan(self._make_plan(values), self.debug, self.program)
+    graph = CompiledGraph.from_plan(self._make_plan(values), self.debug, self.program, self.name)
+    graph.keep_arena = self.keep_arena
+    return graph
 
   @classmethod
-  def from_plan(cls, plan: "GraphPlan", debug: int = 0, program=None) -> "CompiledGraph":
+  def from_plan(cls, plan: "GraphPlan", debug: int = 0, program=None, name: str = "graph") -> "CompiledGraph":
     """A graph from a cached plan (runtime/graph_cache.py): no lowering, scheduling, codegen or LLVM. `program`:
     the kernels already loaded (an instance of a graph with symbolic sizes)."""
     self = cls.__new__(cls)
-    self.size_vars = []
+    self.size_vars, self.name = [], name
     self.target = plan.target or CPU
     self._boxed_call = True
     self.debug, self.plan, self.eager = debug, plan, None
@@ -351,10 +371,14 @@ class CompiledGraph:
       else:
         self.steps.append((kind, step))
     self.n_kernels = sum(1 for kind, _ in plan.steps if kind == "kernel")
+    self.step_names = [_step_name(self.name, kind, step) for kind, step in plan.steps]
     # a target whose launches only enqueue (OpenCL in host memory): wait before host code touches a buffer
     self._sync = getattr(program, "synchronize", None) if target.kind == "gpu" else None
     self.outputs, self.complex_outputs, self.release = plan.outputs, plan.complex_outputs, plan.release
     self.checks = plan.checks
+    # held: slot -> a prologue step's result that later steps read (None: the prologue has not run)
+    self.prologue = frozenset(plan.prologue)
+    self.held = None if self.prologue else {}
     self.arena_offsets, self.arena_bytes = plan.arena_offsets, plan.arena_bytes
     self.arena = None
     self.size_table = torch.tensor(plan.size_values, dtype=torch.int64, device=target.torch_device) \
@@ -364,14 +388,16 @@ class CompiledGraph:
     self._run = self._first_call  # the call path is built at the first call (not under the compiler's fake tensor mode)
     for obs in _observers: obs.append(self)
 
-  def _print_kernels(self, sched, sources):
-    print(f"[torch_uop] {len(self.kernels)} kernels, {sum(isinstance(i, FallbackItem) for i in sched.items)} fallback steps",
-          file=sys.stderr)
+  def _log_kernels(self, sched, sources):
+    """The kernel list on torch_uop.kernels at DEBUG (debug >= 2, or the logger at DEBUG), with each kernel's AST
+    (debug >= 5) and source (debug >= 4)."""
+    lines = [f"{self.name}: {len(self.kernels)} kernels, {sum(isinstance(i, FallbackItem) for i in sched.items)} fallback steps"]
     for k, src in zip(self.kernels, sources):
       info = self.buffers[k.buffers[0]]
-      print(f"  {k.name}: out {tuple(info.shape)} {info.dtype.name} <- buffers {k.buffers[1:]}", file=sys.stderr)
-      if self.debug >= 5: print(pretty(k.ast), file=sys.stderr)
-      if self.debug >= 4: print(src, file=sys.stderr)
+      lines.append(f"  {k.name}: out {tuple(info.shape)} {info.dtype.name} <- buffers {k.buffers[1:]}")
+      if self.debug >= 5: lines.append(pretty(k.ast))
+      if self.debug >= 4: lines.append(src)
+    _log.debug("%s", "\n".join(lines))
 
   def _bind_input(self, spec, t: torch.Tensor) -> torch.Tensor:
     if spec.is_complex and isinstance(t, torch.Tensor) and t.is_complex(): t = _as_real(t)
@@ -410,12 +436,39 @@ class CompiledGraph:
   def __call__(self, *args):
     # boxed convention (one list, which we clear) or plain positional tensors: graph inputs are never lists
     args = args[0] if len(args) == 1 and type(args[0]) is list else list(args)
-    if _profile is not None: return self._call_general(args)  # timed step by step (torch_uop.debug.profile)
+    # timed step by step (torch_uop.debug.profile), or each step recorded by an active torch.profiler
+    if _profile is not None or _torch_profiler._is_profiler_enabled: return self._call_general(args)
     return self._run(args)
 
+  def refresh_constants(self) -> None:
+    """The constant inputs changed (freezing saw new weights): the next call runs the prologue again."""
+    self.held, self.call_source, self._run = (None if self.prologue else {}), None, self._first_call
+
+  def _run_prologue(self, args: list) -> None:
+    """Run the steps that read only constant inputs, keeping their results (`held`)."""
+    bufs = {spec.slot: self._bind_input(spec, t) for spec, t in zip(self.inputs, args) if spec is not None}
+    for i in sorted(self.prologue):
+      kind, payload = self.steps[i]
+      if kind == "kernel": self._launch(payload, bufs)
+      else: self._run_fallback(payload, bufs)
+    if self._sync is not None: self._sync()
+    read = {slot for slot, _ in self.checks}  # results a later step or a check reads are kept; the rest go
+    for i, (kind, payload) in enumerate(self.steps):
+      if i not in self.prologue: read.update(payload[1] if kind == "kernel" else payload.in_slots)
+    self.held = {slot: bufs[slot] for i in self.prologue if (slot := self.steps[i][1][2]) in read}
+
+  def _launch(self, payload, bufs: dict) -> None:
+    """One kernel step of the general call path: allocate its output in `bufs` and launch it."""
+    fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry, split_arg = payload
+    bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype, device=self.target.torch_device)
+    if self._wants_huge_pages(nbytes := _nbytes(self.buffers[out_slot])): advise_huge_pages(bufs[out_slot].data_ptr(), nbytes)
+    if not empty:
+      threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry, par_entry, split_arg)
+
   def _first_call(self, args: list):
+    if self.held is None: self._run_prologue(args)
     # the arena outlives calls when it is small: its addresses are then constants of the call path
-    if 0 < self.arena_bytes <= ARENA_KEEP_BYTES:
+    if 0 < self.arena_bytes and (self.arena_bytes <= ARENA_KEEP_BYTES or self.keep_arena):
       self.arena = torch.empty(self.arena_bytes, dtype=torch.uint8, device=self.target.torch_device)
     self.call_source, self._run = self._build_call_path()
     return self._run(args)
@@ -460,7 +513,11 @@ class CompiledGraph:
         if s in self.arena_offsets else f"p{s}"
     if self.size_table is not None: body.append(f"p{self.plan.size_slot} = {self.size_table.data_ptr()}")
     body += addresses(spec.slot for spec in self.inputs if spec is not None)
-    for (kind, payload), release in zip(self.steps, self.release):
+    for slot, t in self.held.items():  # the prologue's results: constants of the call path
+      body.append(f"b{slot} = {const(t, 'H')}")
+      if slot in kernel_slots: body.append(f"p{slot} = {t.data_ptr()}")
+    for i, ((kind, payload), release) in enumerate(zip(self.steps, self.release)):
+      if i in self.prologue: continue
       if kind == "kernel":
         fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry, split_arg = payload
         if out_slot not in self.arena_offsets:
@@ -516,20 +573,23 @@ class CompiledGraph:
       return outs
     bufs: dict = {}
     if self.size_table is not None: bufs[self.plan.size_slot] = self.size_table
+    if self.held is None: self._run_prologue(args)
     for spec, t in zip(self.inputs, args):
       if spec is not None: bufs[spec.slot] = self._bind_input(spec, t)
+    bufs.update(self.held)
     prof = _profile
+    record = _torch_profiler._is_profiler_enabled
     for i, ((kind, payload), release) in enumerate(zip(self.steps, self.release)):
+      if i in self.prologue: continue
       if prof is not None: t0 = time.perf_counter()
-      if kind == "kernel":
-        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry, split_arg = payload
-        bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype, device=self.target.torch_device)
-        if self._wants_huge_pages(nbytes := _nbytes(self.buffers[out_slot])): advise_huge_pages(bufs[out_slot].data_ptr(), nbytes)
-        if not empty:
-          threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry, par_entry, split_arg)
+      if record: event = _torch_profiler.record_function(self.step_names[i]).__enter__()
+      if kind == "kernel": self._launch(payload, bufs)
       else:
         if self._sync is not None: self._sync()
         self._run_fallback(payload, bufs)
+      if record:
+        if self._sync is not None: self._sync()
+        event.__exit__(None, None, None)
       if prof is not None:
         if self._sync is not None: self._sync()
         step = self.plan.steps[i][1]
@@ -637,6 +697,44 @@ def _as_complex(t: torch.Tensor) -> torch.Tensor:
   """view_as_complex of a real tensor with a trailing dim of 2, copied first where its layout does not allow the view."""
   if t.stride(-1) != 1 or t.storage_offset() % 2 or any(s % 2 for s in t.stride()[:-1]): t = t.contiguous()
   return torch.view_as_complex(t)
+
+
+def _constant_steps(steps: list, constant_slots: set, output_slots: set) -> tuple:
+  """Indices of the kernel steps whose every input is a constant input or another such step's result (and whose
+  result is no graph output, which a caller may change): what the prologue computes once."""
+  known, found = set(constant_slots), []
+  if not known: return ()
+  for i, (kind, step) in enumerate(steps):
+    if kind == "kernel" and step.out_slot not in output_slots and all(s in known for s in step.slots[1:]):
+      known.add(step.out_slot)
+      found.append(i)
+  return tuple(found)
+
+
+def _step_name(graph: str, kind: str, step) -> str:
+  """A step's name in torch.profiler traces: `uop:<graph>:k<n> <what it computes>` (n: the kernel's number in the
+  TORCH_UOP_DEBUG listing) or `uop:<graph>:fallback <op>`."""
+  if kind != "kernel": return f"uop:{graph}:fallback {step.op.name}"
+  number = step.label.rsplit("_", 1)[-1] if step.label else step.name
+  return f"uop:{graph}:{number} {step.what or tuple(step.shape)}"
+
+
+def _describe(item: KernelItem, provenance: dict, shape: tuple) -> str:
+  """What a kernel computes, for profiles: the ATen ops whose results it computes (LoweredGraph.provenance) from its
+  inputs to its output, the first and the last when there are more than three, and its output's shape, e.g.
+  `convolution+...+relu[8x64x56x56]`."""
+  names, seen, stack = [], set(), [(item.root, False)]
+  while stack:  # post-order: an op's inputs before it
+    u, done = stack.pop()
+    if done:
+      if (name := provenance.get(u)) is not None and name not in names: names.append(name)
+      continue
+    if u in seen: continue
+    seen.add(u)
+    stack.append((u, True))
+    if u is item.root or u not in item.realized: stack.extend((s, False) for s in u.src if s.op is not Ops.BUFFER)
+  ops = "+".join(names if len(names) <= 3 else [names[0], "...", names[-1]]) or "copy"
+  return f"{ops}[{'x'.join(str(d) for d in shape)}]"
 
 
 def _kernel_symbol(k, source: str) -> str:

@@ -154,6 +154,7 @@ class GraphEntry:
   plan: object  # executor.GraphPlan
   nodes_lowered: int
   fallbacks: list
+  fallback_reasons: dict = field(default_factory=dict)  # op name -> why it fell back (warned again when loaded)
 
 
 @dataclass
