@@ -336,3 +336,21 @@ def test_freezing_a_model_that_returns_a_weight():
     got = f(x)
     got[1].zero_()  # a caller changing what it was handed must not change later results
     for got, want in zip(f(x), m(x)): torch.testing.assert_close(got, want)
+
+
+def test_inductors_freezing_flag_turns_freezing_on(monkeypatch):
+  import torch._inductor.config as inductor_config
+  m = _conv_bn_model()
+  x = torch.randn(2, 3, 8, 8)
+  with torch.no_grad():
+    torch.testing.assert_close(torch.compile(m, backend="uop")(x), m(x))
+    plain = torch_uop.metrics()["nodes_lowered"]
+    torch._dynamo.reset()
+    torch_uop.reset_metrics()
+    monkeypatch.setattr(inductor_config, "freezing", True)  # Dynamo then passes the weights as graph attributes
+    f = torch.compile(m, backend="uop")
+    torch.testing.assert_close(f(x), m(x))
+    assert torch_uop.metrics()["nodes_lowered"] < plain / 2
+    m[1].running_mean.add_(0.5)
+    torch.testing.assert_close(f(x), m(x))
+  assert torch_uop.metrics()["frozen_refolds"] == 1

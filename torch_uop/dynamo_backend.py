@@ -12,6 +12,8 @@ that is neither the CPU nor CUDA) run as they are. `graph_target` picks where a 
 from __future__ import annotations
 import functools
 import logging
+import os
+import sys
 import time
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -358,6 +360,8 @@ def compile_frozen_graph(gm: torch.fx.GraphModule, example_inputs, config: Confi
   meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
   n_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
   fake_mode = detect_fake_mode(example_inputs)
+  if not params and getattr(ctx, "params_flat", None):  # Inductor's freezing flag: Dynamo made the weights attributes,
+    params = {i: t for i, t in enumerate(ctx.params_flat) if isinstance(t, torch.Tensor)}  # AOTAutograd passes them first
   frozen = None
   if meta is not None and fake_mode is not None and n_inputs == len(meta.input_info) and params:
     aliased = {o.base_idx for o in meta.output_info if o.base_idx is not None}
@@ -409,6 +413,12 @@ class FrozenGraph:
     if hasattr(self.compiled, "refresh_constants"): self.compiled.refresh_constants()
 
 
+def _inductor_freezing() -> bool:
+  """torch._inductor.config.freezing, if a user set it (read only when Inductor's config is already imported)."""
+  cfg = sys.modules.get("torch._inductor.config")
+  return bool(getattr(cfg, "freezing", False))
+
+
 def _version(t: torch.Tensor):
   """A tensor's version counter, or None for an inference tensor (which has none)."""
   try: return t._version
@@ -419,6 +429,8 @@ def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
   """The torch.compile backend: `torch.compile(model, backend="uop", options={...})` or `mode=...` (config.MODES)."""
   from torch_uop.runtime import graph_cache
   config = Config.from_options({**(options or {}), **kwargs}, mode)
+  if "freezing" not in (options or {}) and "TORCH_UOP_FREEZING" not in os.environ:
+    config.freezing = _inductor_freezing()  # a user who turned on Inductor's freezing gets torch_uop's
   log.show_debug_output(config.debug)
   t0 = time.perf_counter()
   # (a frozen graph's callable is made at each compile: the Dynamo-level cache, which skips AOTAutograd, is off)
