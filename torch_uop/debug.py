@@ -8,6 +8,7 @@ make_fx, without Dynamo or AOTAutograd, and compiles it; the returned `CompiledG
 `capture()` records every graph compiled while it is active, e.g. by `torch.compile(backend="uop")`.
 `profile()` times every kernel and fallback step of every compiled graph called while it is active.
 `kernel_work(graph)` gives each kernel's bytes moved and FLOPs, keyed like `profile()`'s steps.
+(Under `torch.profiler.profile()` the same steps appear in the trace as `uop:<graph>:k<n> <ops>[<shape>]`.)
 
     with torch_uop.debug.capture() as graphs:
       torch.compile(fn, backend="uop")(x)

@@ -568,6 +568,8 @@ class CompiledGraph:
     if self.storage_offset_guards and self.eager is not None and \
        any(args[i].storage_offset() != off for i, off in self.storage_offset_guards):
       _metrics._state["graph_calls_run_by_torch"] += 1
+      log.warn_once("fallback", f"storage offset: {self.name}", "graph %s runs in torch for a call whose input has another "
+                    "storage offset than the as_strided it was compiled for", self.name)
       outs = self.eager(list(args))
       args.clear()
       return outs
