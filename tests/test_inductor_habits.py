@@ -338,19 +338,30 @@ def test_freezing_a_model_that_returns_a_weight():
     for got, want in zip(f(x), m(x)): torch.testing.assert_close(got, want)
 
 
-def test_inductors_freezing_flag_turns_freezing_on(monkeypatch):
+def test_inductors_freezing_flag_turns_freezing_on():
   import torch._inductor.config as inductor_config
   m = _conv_bn_model()
   x = torch.randn(2, 3, 8, 8)
-  with torch.no_grad():
+  with torch.no_grad(), inductor_config.patch(freezing=False):
     torch.testing.assert_close(torch.compile(m, backend="uop")(x), m(x))
     plain = torch_uop.metrics()["nodes_lowered"]
-    torch._dynamo.reset()
-    torch_uop.reset_metrics()
-    monkeypatch.setattr(inductor_config, "freezing", True)  # Dynamo then passes the weights as graph attributes
+  torch._dynamo.reset()
+  torch_uop.reset_metrics()
+  with torch.no_grad(), inductor_config.patch(freezing=True):  # Dynamo then passes the weights as graph attributes
     f = torch.compile(m, backend="uop")
     torch.testing.assert_close(f(x), m(x))
     assert torch_uop.metrics()["nodes_lowered"] < plain / 2
     m[1].running_mean.add_(0.5)
     torch.testing.assert_close(f(x), m(x))
   assert torch_uop.metrics()["frozen_refolds"] == 1
+
+
+def test_freezing_with_dynamic_shapes_compiles_unfrozen_and_right():
+  m = _conv_bn_model()
+  f = torch.compile(m, backend="uop", dynamic=True, options={"freezing": True})
+  with torch.no_grad():
+    for n in (2, 3, 5):
+      x = torch.randn(n, 3, 8, 8)
+      torch.testing.assert_close(f(x), m(x))
+    m[0].weight.mul_(2.0)  # not frozen: the new weight is read at the next call
+    torch.testing.assert_close(f(x), m(x))

@@ -356,6 +356,9 @@ def compile_frozen_graph(gm: torch.fx.GraphModule, example_inputs, config: Confi
   stay inputs. Falls back to compile_fx_graph when the graph is not one freezing understands or nothing folds."""
   from torch._guards import TracingContext, detect_fake_mode
   from torch_uop.lowering.freezing import freeze
+  from torch_uop.lowering.specialize import has_symbolic_sizes
+  # (symbolic sizes: the weights' folds would need the sizes' guards; such a graph compiles as it is)
+  if has_symbolic_sizes(gm): return compile_fx_graph(gm, example_inputs, config, kind)
   ctx = TracingContext.try_get()
   meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
   n_inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
