@@ -326,7 +326,8 @@ def test_freezing_a_model_that_returns_a_weight():
       self.lin = torch.nn.Linear(4, 3)
 
     def forward(self, x):
-      return self.lin(x), self.lin.weight * 2, self.lin.bias
+      tripled = self.lin.weight * 3  # returned only as a view: folding it would hand out a view of a constant
+      return self.lin(x), self.lin.weight * 2, self.lin.bias, x @ tripled.t(), tripled.t()
 
   m = M().eval()
   x = torch.randn(5, 4)
@@ -335,6 +336,7 @@ def test_freezing_a_model_that_returns_a_weight():
     for got, want in zip(f(x), m(x)): torch.testing.assert_close(got, want)
     got = f(x)
     got[1].zero_()  # a caller changing what it was handed must not change later results
+    got[4].mul_(3)  # (a view of a folded value, too)
     for got, want in zip(f(x), m(x)): torch.testing.assert_close(got, want)
 
 

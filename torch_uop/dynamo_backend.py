@@ -368,33 +368,37 @@ def compile_frozen_graph(gm: torch.fx.GraphModule, example_inputs, config: Confi
   frozen = None
   if meta is not None and fake_mode is not None and n_inputs == len(meta.input_info) and params:
     aliased = {o.base_idx for o in meta.output_info if o.base_idx is not None}
-    params = {i: t for i, t in params.items() if i < n_inputs and i not in aliased and
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    params = {i: t for i, t in params.items() if i < n_inputs and i not in aliased and _same_layout(t, vals[i]) and
               not meta.input_info[i].mutates_data and not meta.input_info[i].mutates_metadata}
     try:
       frozen = freeze(gm, params, fake_mode) if params else None
+      args = [params.get(i) for i in range(n_inputs)]
+      constants = frozen.constants(args) if frozen is not None else None
     except Exception as e:  # freezing is an optimization: a graph it cannot handle compiles as it is
       _freeze_log.info("not freezing %s graph (%s: %s)", kind, type(e).__name__, e, exc_info=_freeze_log.isEnabledFor(logging.DEBUG))
+      frozen = None
   if frozen is None: return compile_fx_graph(gm, example_inputs, config, kind)
   inputs = [n.meta["val"] for n in frozen.gm.graph.nodes if n.op == "placeholder"]
   compiled = compile_fx_graph(frozen.gm, inputs, config, kind, constant_inputs=frozen.constant_inputs)
-  args = [params.get(i) for i in range(n_inputs)]
   _freeze_log.info("%s graph frozen: %d weights, %d folded constants", kind, len(frozen.param_positions),
                    len(inputs) - len(frozen.kept))
-  return FrozenGraph(compiled, frozen, args)
+  return FrozenGraph(compiled, frozen, args, constants)
 
 
 class FrozenGraph:
   """The callable of a frozen graph: passes its folded constants, then the inputs the frozen graph reads. Guarded:
-  a frozen weight that is another tensor now, or was changed in place (its version counter or its storage), is
-  folded again before the call, and the graph's prologue runs again, so a frozen graph never uses stale weights."""
+  when a frozen weight is another tensor now, or was changed in place (its version counter or its storage), the
+  weights are folded again before the call and the graph's prologue runs again. (An in-place op on `p.data` bumps
+  no counter of `p`: that one change goes unseen.)"""
 
-  def __init__(self, compiled, frozen, args: list):
+  def __init__(self, compiled, frozen, args: list, constants: list):
     self.compiled, self.frozen = compiled, frozen
     self._boxed_call = True
-    self._fold(args)
+    self._fold(args, constants)
 
-  def _fold(self, args: list) -> None:
-    self.constants = self.frozen.constants(args)
+  def _fold(self, args: list, constants: list | None = None) -> None:
+    self.constants = constants if constants is not None else self.frozen.constants(args)
     self.guards = [(i, args[i], _version(args[i]), args[i].data_ptr()) for i in self.frozen.param_positions]
 
   def __call__(self, *args):
@@ -416,6 +420,11 @@ class FrozenGraph:
     if hasattr(self.compiled, "refresh_constants"): self.compiled.refresh_constants()
 
 
+def _same_layout(t: torch.Tensor, val) -> bool:
+  """Whether a weight is what the graph's placeholder expects (shape, dtype, strides)."""
+  return isinstance(val, torch.Tensor) and t.shape == val.shape and t.dtype == val.dtype and t.stride() == val.stride()
+
+
 def _inductor_freezing() -> bool:
   """torch._inductor.config.freezing, if a user set it (read only when Inductor's config is already imported)."""
   cfg = sys.modules.get("torch._inductor.config")
@@ -432,7 +441,7 @@ def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
   """The torch.compile backend: `torch.compile(model, backend="uop", options={...})` or `mode=...` (config.MODES)."""
   from torch_uop.runtime import graph_cache
   config = Config.from_options({**(options or {}), **kwargs}, mode)
-  if "freezing" not in (options or {}) and "TORCH_UOP_FREEZING" not in os.environ:
+  if "freezing" not in {**(options or {}), **kwargs} and "TORCH_UOP_FREEZING" not in os.environ:
     config.freezing = _inductor_freezing()  # a user who turned on Inductor's freezing gets torch_uop's
   log.show_debug_output(config.debug)
   t0 = time.perf_counter()

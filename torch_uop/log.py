@@ -22,6 +22,16 @@ def get(stage: str) -> logging.Logger:
   return logging.getLogger(f"{ROOT}.{stage}")
 
 
+class _StderrHandler(logging.StreamHandler):
+  """Writes to whatever sys.stderr is when a record comes (pytest and contextlib.redirect_stderr replace it)."""
+
+  @property
+  def stream(self): return sys.stderr
+
+  @stream.setter
+  def stream(self, value): pass
+
+
 _handler: logging.Handler | None = None
 
 
@@ -34,7 +44,7 @@ def show_debug_output(debug: int) -> None:
   want = logging.INFO if debug == 1 else logging.DEBUG
   if root.level == logging.NOTSET or root.level > want: root.setLevel(want)
   if _handler is None and not _has_handler(root):
-    _handler = logging.StreamHandler(sys.stderr)
+    _handler = _StderrHandler()
     _handler.setFormatter(logging.Formatter("[torch_uop] %(message)s"))
     root.addHandler(_handler)
 

@@ -6,8 +6,8 @@ parameters and buffers nobody mutates, and returns a `Frozen`:
   add) becomes one convolution with the scaled weight and the shifted bias;
 - every node computed from constants alone (no random op, no mutation) is folded: `fold(params)` computes the values
   where the graph reads them, and the graph takes them as new inputs in front of the others. A view of a constant
-  (a weight's transpose), a node the graph returns, and a node bigger than its inputs (an expand made dense) stay in
-  the graph, reading the constants they start from;
+  (a weight's transpose), a node the graph returns (or returns a view of), and a node bigger than its inputs (an
+  expand made dense) stay in the graph, reading the constants they start from;
 - the executor is told which inputs are constants (`constant_inputs`): kernels that read only them (a weight laid
   out for the matmul that reads it) run once, not per call (runtime/executor.py, the prologue).
 It changes nothing else; it must not fold what depends on a call's inputs.
@@ -172,11 +172,25 @@ def _frontier(graph: torch.fx.Graph, const: set) -> list:
       if node not in const or node.op == "placeholder" or all(u in const for u in node.users): continue
       val = node.meta.get("val")
       inputs = sum(_numel(n.meta.get("val")) for n in node.all_input_nodes)
-      if not isinstance(val, torch.Tensor) or any(u.op == "output" for u in node.users) or \
-         (isinstance(node.target, torch._ops.OpOverload) and node.target.is_view) or _numel(val) > max(inputs, 1):
+      if not isinstance(val, torch.Tensor) or _returned(node) or _is_view(node) or _numel(val) > max(inputs, 1):
         const.discard(node)
         changed = True
   return [n for n in graph.nodes if n in const and n.op != "placeholder" and any(u not in const for u in n.users)]
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+  return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+
+
+def _returned(node: torch.fx.Node) -> bool:
+  """Whether the graph returns the node or a view of it: a folded constant lives across calls, and a caller may
+  change what it is handed."""
+  stack = list(node.users)
+  while stack:
+    user = stack.pop()
+    if user.op == "output": return True
+    if _is_view(user): stack.extend(user.users)
+  return False
 
 
 def _numel(val) -> int:
