@@ -92,7 +92,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   try:
     if config.fallback_whole_graph: raise WholeGraphFallback("option fallback_whole_graph")
     target.check_available()
-    lowered = lower_graph(gm, config.debug, device=target.torch_device)
+    lowered = lower_graph(gm, device=target.torch_device)
   except (WholeGraphFallback, RuntimeError) as e:  # RuntimeError: no CUDA compiler or driver for a CUDA graph
     if recorder is not None: recorder.graph(kind, gm, None)
     return _whole_graph_fallback(gm, str(e), config)
@@ -100,7 +100,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   st["nodes_lowered"] += lowered.nodes_lowered
   for op in lowered.fallbacks: st["nodes_fallen_back"][op] += 1
   try:
-    name = f"{kind}{st['graphs_compiled']}" + (f"_s{st['size_specializations']}" if specialization else "")
+    name = _graph_name(kind, specialization)
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
                              beam=config.beam, target=target, constant_inputs=constant_inputs)
   except Exception as e:  # a scheduling or compile bug must never break the user's program
@@ -119,6 +119,14 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   _log.info("compiled %s graph %s: %d nodes lowered, %d fell back, %d kernels in %.3fs", kind, name, lowered.nodes_lowered,
             len(lowered.fallbacks), compiled.n_kernels, time.perf_counter() - t0)
   return compiled
+
+
+def _graph_name(kind: str, specialization: bool, ahead: int = 0) -> str:
+  """The name of the graph just counted in the metrics (kernels and profiler steps carry it), or with `ahead=1` of the
+  one about to be: forward3, or inference2_s4 for a static copy of a graph with symbolic sizes."""
+  st = _metrics.state()
+  if specialization: return f"{kind}{st['graphs_compiled']}_s{st['size_specializations'] + ahead}"
+  return f"{kind}{st['graphs_compiled'] + ahead}"
 
 
 def graph_target(gm: torch.fx.GraphModule, config: Config):
@@ -144,8 +152,8 @@ def _graph_from_entry(entry, config: Config, kind: str, t0: float, specializatio
   """A CompiledGraph from a graph cache entry, counted in the metrics as its first compile was."""
   from torch_uop.runtime.executor import CompiledGraph
   st = _metrics.state()
-  compiled = CompiledGraph.from_plan(entry.plan, debug=config.debug,
-                                     name=f"{kind}{st['graphs_compiled'] + (0 if specialization else 1)}")
+  # (counted only once it loads: an entry that does not load is compiled, and counted, by the caller)
+  compiled = CompiledGraph.from_plan(entry.plan, debug=config.debug, name=_graph_name(kind, specialization, ahead=1))
   compiled.keep_arena = config.keep_arena
   st["size_specializations" if specialization else "graphs_compiled"] += 1
   st["graph_cache_hits"] += 1
@@ -196,7 +204,7 @@ def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config,
   decided = sizes.torch_decisions()
   target = graph_target(gm, config)
   with SizeContext(sizes.values(args)) as ctx:
-    lowered = lower_graph(gm, config.debug, sizes, device=target.torch_device)
+    lowered = lower_graph(gm, sizes, device=target.torch_device)
     st["compile_time_s"]["lowering"] += time.perf_counter() - t0
     name = f"{kind}{st['graphs_compiled']}_sym{st['symbolic_graphs']}"
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,

@@ -265,18 +265,18 @@ def _opts_from_json(d: dict) -> KernelOpts:
   return KernelOpts(tuple((int(a), int(f)) for a, f in d["upcast"]), d["split_axis"], d["vector_axis"], int(d.get("group", 0)))
 
 
-def beam_search(item, width: int, opt_level: int = 3, debug: int = 0, name: str = "", target=None) -> KernelOpts | None:
+def beam_search(item, width: int, opt_level: int = 3, name: str = "", target=None) -> KernelOpts | None:
   """The opts to build `item` with for `target` (None: the CPU): the tuned winner, or None (build with the heuristic)."""
   from torch.utils._python_dispatch import _disable_current_modes
   with _disable_current_modes():  # compiling runs under Dynamo's fake-tensor mode; scratch buffers must be real
     try:
-      return _beam_search(item, width, opt_level, debug, name, target)
+      return _beam_search(item, width, opt_level, name, target)
     except Exception as e:  # a kernel the search cannot run (e.g. overlapping scratch layouts) keeps the heuristic
       _log.info("beam %s: not searched (%s: %s)", name, type(e).__name__, e)
       return None
 
 
-def _beam_search(item, width: int, opt_level: int, debug: int, name: str, target=None) -> KernelOpts | None:
+def _beam_search(item, width: int, opt_level: int, name: str, target=None) -> KernelOpts | None:
   from torch_uop.runtime import cache
   plain = _plain_ast(item)
   if not _searchable(item, plain): return None

@@ -147,14 +147,14 @@ def _check_result(node: torch.fx.Node, out) -> None:
     if o.dtype != dt: raise TypeError(f"dtype {o.dtype} != eager {v.dtype}")
 
 
-def lower_graph(gm: torch.fx.GraphModule, debug: int = 0, sizes: SizeVars | None = None,
+def lower_graph(gm: torch.fx.GraphModule, sizes: SizeVars | None = None,
                 device: torch.device = torch.device("cpu")) -> LoweredGraph:
   """`sizes`: lower a graph with symbolic sizes as it is, its SymInts becoming core.sym.Syms (inside a
   core.sym.SizeContext, which records the guards the lowering's decisions need). `device`: where the graph's
   tensors live (the CPU, or the CUDA device of a graph for the CUDA target); inputs elsewhere make it fall back."""
   SizeVars.set_active(sizes)
   set_graph_device(device)
-  try: return _lower_graph(gm, debug)
+  try: return _lower_graph(gm)
   except UnsupportedDType as e:  # an input, or a value a fallback op would have to hold, has no IR dtype (e.g. complex)
     raise WholeGraphFallback(str(e)) from e
   finally:
@@ -162,7 +162,7 @@ def lower_graph(gm: torch.fx.GraphModule, debug: int = 0, sizes: SizeVars | None
     set_graph_device(torch.device("cpu"))
 
 
-def _lower_graph(gm: torch.fx.GraphModule, debug: int) -> LoweredGraph:
+def _lower_graph(gm: torch.fx.GraphModule) -> LoweredGraph:
   env: dict = {}
   inputs, buffer_slots = [], {}
   slot = 0

@@ -198,7 +198,7 @@ class CompiledGraph:
       with _Timer("search"), progress.steps(f"{name}: BEAM search", n_items) as done:
         for i, item in enumerate(sched.items):
           if isinstance(item, KernelItem):
-            tuned[i] = beam_search(item, beam, opt_level, debug, f"{name}_k{i}", target if gpu else None)
+            tuned[i] = beam_search(item, beam, opt_level, f"{name}_k{i}", target if gpu else None)
             done.update()
     # the LLVM modules compile in helper processes (runtime/cpu.py): they start now, loading while codegen runs
     if not gpu and any(isinstance(item, KernelItem) for item in sched.items): compile_workers().start()
