@@ -419,6 +419,34 @@ def run_main(args, names: list[str], modes: list[str], backends: list[str]) -> i
 
 # ----- the profile view -----
 
+def kernel_ops(graph) -> dict:
+  """{profile step name: the ATen ops the kernel computes, without its shape} for a CompiledGraph's kernels."""
+  plan = getattr(graph, "plan", None)
+  if plan is None: return {}
+  return {f"{step.label or step.name} {tuple(step.shape)}": (step.what or "").split("[")[0]
+          for kind, step in plan.steps if kind == "kernel"}
+
+
+def format_groups(kernel_steps: dict, what: dict, work: dict, total: float, iters: int, limits: dict, top: int = 12) -> str:
+  """Kernel time summed by what the kernels compute (their ATen ops), so a kind of kernel spread thin over many
+  launches (a model's 12 attention blocks) shows as one line, with its achieved rates."""
+  groups: dict = {}
+  for step, (calls, secs) in kernel_steps.items():
+    g = groups.setdefault(what.get(step, "-"), [0, 0.0, 0.0, 0.0])
+    g[0] += 1
+    g[1] += secs
+    if step in work:
+      g[2] += work[step][0] * calls
+      g[3] += work[step][1] * calls
+  lines = []
+  for ops, (n, secs, nbytes, flops) in sorted(groups.items(), key=lambda kv: -kv[1][1])[:top]:
+    gb, gf = nbytes / secs / 1e9, flops / secs / 1e9
+    lines.append([ops[:60], f"{n}", f"{1e3 * secs / iters:.2f}", f"{100 * secs / total:.1f}%", f"{gb:.1f}",
+                  f"{100 * gb / limits['copy_gb_s']:.0f}", f"{gf:.1f}", f"{100 * gf / limits['mm_gflop_s']:.0f}"])
+  return bm.text_table(["kernels computing", "kernels", "ms/it", "share", "GB/s", "% copy", "GFLOP/s", "% mm"], lines,
+                       left_first=True)
+
+
 def profile_main(name: str, mode: str, size: str, top: int = 25) -> int:
   """torch_uop's kernels of one model by total time, with their work and achieved fraction of the machine's limits."""
   if zoo.ZOO[name].group != "models" and mode == "train": raise SystemExit(f"{name} is a kernel: inference only")
@@ -442,16 +470,18 @@ def profile_main(name: str, mode: str, size: str, top: int = 25) -> int:
   iters = max(3, min(20, round(3000 / max(uop_ms, 1e-3))))
   with torch_uop.debug.profile() as steps:
     for _ in range(iters): call()
-  work = {}
-  for g in graphs: work.update(torch_uop.debug.kernel_work(g))
+  work, what = {}, {}
+  for g in graphs:
+    work.update(torch_uop.debug.kernel_work(g))
+    what.update(kernel_ops(g))
 
   total = sum(s for _, s in steps.values()) or 1e-12
   rows = sorted(steps.items(), key=lambda kv: -kv[1][1])
-  head = ["step", "calls/it", "us/call", "share", "MB", "MFLOP", "GB/s", "% copy", "GFLOP/s", "% mm"]
+  head = ["step", "ops", "calls/it", "us/call", "share", "MB", "MFLOP", "GB/s", "% copy", "GFLOP/s", "% mm"]
   lines, missing = [], 0
   for step, (calls, secs) in rows[:top]:
     per = secs / calls
-    cells = [step[:52], f"{calls / iters:.0f}", f"{per * 1e6:.1f}", f"{100 * secs / total:.1f}%"]
+    cells = [step[:40], what.get(step, "-")[:40], f"{calls / iters:.0f}", f"{per * 1e6:.1f}", f"{100 * secs / total:.1f}%"]
     if step in work:
       nbytes, flops = work[step]
       gb, gf = nbytes / per / 1e9, flops / per / 1e9
@@ -464,6 +494,8 @@ def profile_main(name: str, mode: str, size: str, top: int = 25) -> int:
   print(bm.text_table(head, lines, left_first=True))
 
   kernel_steps = {k: v for k, v in steps.items() if not k.startswith("fallback ")}
+  print()
+  print(format_groups(kernel_steps, what, work, total, iters, limits))
   fallback_steps = {k: v for k, v in steps.items() if k.startswith("fallback ")}
   k_secs = sum(s for _, s in kernel_steps.values())
   k_bytes = sum(work[k][0] * c for k, (c, _) in kernel_steps.items() if k in work)

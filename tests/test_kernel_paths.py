@@ -1,6 +1,6 @@
 """The fast kernel paths against eager: convolution over padded rows (stride 1, strided through space to depth,
 dilated, grouped, depthwise), its weight gradient as a GEMM over im2col rows, register tiles that do not divide
-their axis, the loop order of a GEMM with a big weight, a graph output that is a reshape of a computed buffer, and an expensive expression shared by kernels."""
+their axis, the loop order of a GEMM with a big weight, a GEMM over packed weight panels, a graph output that is a reshape of a computed buffer, and an expensive expression shared by kernels."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -94,6 +94,27 @@ def test_gemm_loop_order_streams_the_big_operand_once(m, k, n, columns_outer):
   torch.testing.assert_close(out, fn(x, w, bias), rtol=1e-4, atol=1e-4)
   gemm = next(k for k in graphs[0].kernels if any(u.op.name == "REDUCE" for u in k.ast.toposort()))
   assert gemm.opts.split_axis == (1 if columns_outer else 0)
+
+
+@pytest.mark.parametrize("m,k,n,packed", [(64, 128, 8192, True), (97, 256, 4096, True), (64, 128, 8160, False),
+                                          (32, 128, 8192, False)])
+def test_gemm_over_packed_weight_panels(m, k, n, packed, monkeypatch):
+  """x @ W with W [K, N] bigger than linalg.PACK_MIN_BYTES (GPT-2's Conv1D layers) reads W through panels of
+  linalg.PANEL columns copied contiguous, when N is whole panels and there are rows enough to reuse them; the result,
+  a fused epilogue and the gradients match eager either way."""
+  torch.manual_seed(0)
+  x, w, bias = torch.randn(m, k, requires_grad=True), torch.randn(k, n, requires_grad=True), torch.randn(n)
+  fn = lambda x, w, bias: F.gelu(torch.addmm(bias, x, w), approximate="tanh")
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    got = torch.compile(fn, backend="uop", options=FRESH)(x, w, bias)
+  want = fn(x, w, bias)
+  torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+  g = torch.randn_like(want)
+  for a, b in zip(torch.autograd.grad(got, (x, w), g), torch.autograd.grad(want, (x, w), g)):
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
+  outs = [tuple(step.shape) for kind, step in graphs[0].plan.steps if kind == "kernel"]  # the copy into panels
+  assert ((n // linalg.PANEL, k, linalg.PANEL) in outs) == packed
 
 
 def test_output_reshape_of_computed_buffer_is_not_copied():

@@ -55,7 +55,8 @@ def has_row_reductions(reduces: list) -> bool:
 
 UPCAST_FACTOR = 4
 VECTOR_BLOCK_FACTOR = 8
-VECTOR_UPCAST = 16   # one AVX-512 register of float32 (two of AVX2)
+VECTOR_UPCAST = 16   # one AVX-512 register of float32 (two of AVX2): the lowering's unit of a whole vector
+DEFAULT_SIMD_LANES = 8  # float32 lanes of a vector register when the caller does not say (AVX2)
 MAX_UPCAST_AXES = 2
 MIN_BLOCKED_REDUCE = 8
 MIN_SIMD_REDUCE = 8
@@ -117,7 +118,8 @@ def _depends_on(u: UOp, r: UOp, cache: dict) -> bool:
   return cache[key]
 
 
-def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
+def heuristic_opts(out_shape: tuple, plain_ast: UOp, simd_lanes: int = DEFAULT_SIMD_LANES) -> KernelOpts:
+  """`simd_lanes`: float32 lanes of one of the CPU's vector registers (runtime/cpu.py simd_lanes)."""
   nodes = plain_ast.toposort()
   ranges = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"}
   all_ranges = [n for n in nodes if n.op is Ops.RANGE]
@@ -144,15 +146,21 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
     # SIMD along the reduction when every load it moves is contiguous there (e.g. x @ w.T); otherwise
     # along an output axis that the loads and the store walk contiguously (e.g. x @ w), by upcasting it
     # (a reduce loop shorter than a vector is not worth SIMD: a 3x3 convolution window)
+    # The SIMD axis takes two vector registers per row where it divides (8 rows x 2 vectors: 16 accumulators, two
+    # vector loads and 8 broadcasts per 16 FMAs), else one.
     if not any(contiguous_along(r, loads) and _trip_count(r) >= MIN_SIMD_REDUCE for r in reduce_ranges):
       for axis in sorted(ranges, reverse=True):
         size, r = out_shape[axis], ranges[axis]
-        if not _divisible(size, VECTOR_UPCAST, used_vars): continue
+        width = next((w for w in (2 * simd_lanes, simd_lanes) if _divisible(size, w, used_vars)), None)
+        if width is None: continue
         if contiguous_along(r, loads + stores) and any(not _depends_on(ld.src[1], r, cache) for ld in loads) \
-           and _guard_divisible(size, VECTOR_UPCAST, used_vars):
-          upcast.append((axis, VECTOR_UPCAST)); vector_axis = axis
+           and _guard_divisible(size, width, used_vars):
+          upcast.append((axis, width)); vector_axis = axis
           break
-    # register blocking: axes (innermost first) along which some load's address does not move
+    # register blocking: axes (innermost first) along which some load's address does not move; next to a SIMD axis,
+    # one along which a vector load does not move (rows of x @ w share each vector of w; blocking the other way
+    # would share only x's broadcast scalar)
+    vector_loads = [ld for ld in loads if _depends_on(ld.src[1], ranges[vector_axis], cache)] if vector_axis is not None else []
     for axis in sorted(ranges, reverse=True):
       if len(upcast) == MAX_UPCAST_AXES: break
       size, r = out_shape[axis], ranges[axis]
@@ -162,6 +170,7 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp) -> KernelOpts:
       # next to a SIMD axis, a taller tile (8 rows of one vector each) keeps more accumulators in registers
       factor = _block_factor(size, VECTOR_BLOCK_FACTOR if vector_axis is not None else UPCAST_FACTOR)
       if axis == vector_axis or not factor: continue
+      if vector_loads and all(_depends_on(ld.src[1], r, cache) for ld in vector_loads): continue
       # (what moves along the axis may be a load or an index compare, as in a one-hot sum)
       if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and _depends_on(reduces[0], r, cache) \
          and _guard_divisible(size, factor, used_vars):

@@ -236,16 +236,14 @@ def _tuning_key(item, width: int, opt_level: int, target=None) -> str:
     source = target.renderer().render(k.name, k.program, k.buffers)
     return cache.key("beam", target.name, target.describe(), source, f"width={width}", torch_uop.__version__,
                      _optimizer_sources())
-  import llvmlite.binding as llvm
   import torch_uop
   from torch_uop.core.codegen import build_kernel
   from torch_uop.core.renderer.llvmir import render_llvm
   from torch_uop.runtime import cache
-  from torch_uop.runtime.cpu import _init_llvm
-  _init_llvm()
+  from torch_uop.runtime.cpu import target_id
   k = build_kernel(item, "k", KernelOpts())
-  return cache.key("beam", render_llvm(k.name, k.program, k.buffers), llvm.get_host_cpu_name(),
-                   llvm.get_host_cpu_features().flatten(), f"threads={torch.get_num_threads()}", f"width={width}",
+  cpu_name, features, _ = target_id()
+  return cache.key("beam", render_llvm(k.name, k.program, k.buffers), cpu_name, features, f"threads={torch.get_num_threads()}", f"width={width}",
                    f"opt={opt_level}", torch_uop.__version__, _optimizer_sources())
 
 
@@ -299,7 +297,8 @@ def _beam_search(item, width: int, opt_level: int, name: str, target=None) -> Ke
     heuristic = gpu_opts(shape, plain, max_group, target.parallelism())
     step = lambda o: gpu_neighbours(o, shape, reduces, max_group)
   else:
-    heuristic = heuristic_opts(shape, plain)
+    from torch_uop.runtime.cpu import simd_lanes
+    heuristic = heuristic_opts(shape, plain, simd_lanes())
     step = lambda o: neighbours(o, shape, reduces)
   bench = _Bench(item, opt_level, target)
   timed: dict[KernelOpts, float | None] = {heuristic: bench.run(heuristic)}

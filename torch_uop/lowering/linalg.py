@@ -46,9 +46,38 @@ def matmul(a: LT, b: LT) -> LT:
   if not is_sym(k) and not is_sym(n) and k < SHORT_REDUCE and n % VECTOR_UPCAST == 0 and _contiguous_along_k(b):
     b = b.contiguous()
   acc = compute_dtype(a.dtype)
+  if _packs(a, b): return _panel_matmul(a.cast(acc), b.cast(acc))
   a3 = a.cast(acc).reshape((*batch, m, 1, k)).expand((*batch, m, n, k))
   b3 = b.cast(acc).transpose(-1, -2).reshape((*batch, 1, n, k)).expand((*batch, m, n, k))
   return (a3 * b3).sum((len(batch) + 2,), keepdim=False)
+
+
+PANEL = 2 * VECTOR_UPCAST   # columns of b per packed panel: a whole register tile's width (core/opt.py)
+PACK_MIN_BYTES = 4 << 20    # a b this big is swept from memory by each tile of rows unless it is packed
+PACK_MIN_ROWS = 64          # enough rows that each panel is reused by several tiles (the copy costs one pass over b)
+
+
+def _packs(a: LT, b: LT) -> bool:
+  """Whether x @ b reads b [K, N] (N contiguous) through packed panels. A register tile walks b down a column strip
+  of PANEL floats, one row of K at a time; when b's rows are far apart, the strip's lines collide in the cache's
+  sets (a row of 3072 floats is 12 KiB: every row maps to the same few sets), so the strip is fetched again from
+  memory for every tile of rows. Packed, each strip is K x PANEL contiguous floats and stays in L2."""
+  *batch, m, k = a.shape
+  n = b.shape[-1]
+  if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
+  if b.uop.op is Ops.VIEW and (b.uop.arg.views[-1].strides[-1] != 1): return False  # read along K: no N-SIMD
+  return k * n * b.dtype.itemsize >= PACK_MIN_BYTES
+
+
+def _panel_matmul(a: LT, b: LT) -> LT:
+  """a [M, K] @ b [K, N] over b packed as [N / PANEL, K, PANEL] (one copy of b)."""
+  m, k = a.shape
+  n = b.shape[-1]
+  panels = b.reshape((k, n // PANEL, PANEL)).permute((1, 0, 2)).contiguous()            # [N/P, K, P]
+  full = (m, n // PANEL, PANEL, k)
+  a4 = a.reshape((m, 1, 1, k)).expand(full)
+  b4 = panels.permute((0, 2, 1)).reshape((1, n // PANEL, PANEL, k)).expand(full)
+  return (a4 * b4).sum((3,), keepdim=False).reshape((m, n))
 
 
 @register(aten.mm.default, aten.bmm.default)

@@ -329,8 +329,20 @@ def compile_workers() -> CompileWorkers:
 
 
 @functools.cache
+def simd_lanes() -> int:
+  """float32 lanes of the vector registers the kernels compile for (core/opt.py sizes register tiles by it)."""
+  features = target_id()[1].split(",")
+  if "+avx512f" in features and "-prefer-256-bit" in features: return 16
+  if "+avx" in features or "+avx2" in features: return 8
+  return 4  # SSE, NEON
+
+
+@functools.cache
 def target_id() -> tuple[str, str, str]:
   """What native code depends on besides its IR: the host CPU, its features and the LLVM version."""
   _init_llvm()
-  return (llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(),
-          llvm.__name__ + repr(getattr(llvm, "llvm_version_info", ("?",))))
+  features = llvm.get_host_cpu_features().flatten()
+  # LLVM's tuning for AVX-512 CPUs prefers 256-bit vectors (older cores slowed their clock for 512-bit ones), which
+  # halves a GEMM's FMA width; the kernels here are long arithmetic loops, where 512-bit vectors pay
+  if "+avx512f" in features.split(",") and os.environ.get("TORCH_UOP_AVX512", "1") != "0": features += ",-prefer-256-bit"
+  return (llvm.get_host_cpu_name(), features, llvm.__name__ + repr(getattr(llvm, "llvm_version_info", ("?",))))

@@ -40,6 +40,12 @@ class Target:
     from torch_uop.core.opt import GROUP_SIZE
     return min(GROUP_SIZE, self.max_local_size())
 
+  def simd_lanes(self) -> int:
+    """float32 lanes of a CPU vector register (the register tiles of core/opt.py heuristic_opts); 1 elsewhere."""
+    if self.name != "cpu": return 1
+    from torch_uop.runtime.cpu import simd_lanes
+    return simd_lanes()
+
   def describe(self) -> str:
     """The device in words (what tuning results depend on)."""
     if self.name == "opencl":
