@@ -98,13 +98,15 @@ def test_gemm_loop_order_streams_the_big_operand_once(m, k, n, columns_outer):
 
 @pytest.mark.parametrize("m,k,n,packed", [(64, 128, 8192, True), (97, 256, 4096, True), (64, 128, 8160, False),
                                           (32, 128, 8192, False)])
-def test_gemm_over_packed_weight_panels(m, k, n, packed, monkeypatch):
-  """x @ W with W [K, N] bigger than linalg.PACK_MIN_BYTES (GPT-2's Conv1D layers) reads W through panels of
-  linalg.PANEL columns copied contiguous, when N is whole panels and there are rows enough to reuse them; the result,
-  a fused epilogue and the gradients match eager either way."""
+@pytest.mark.parametrize("transposed", [False, True], ids=["x@W", "x@W.T"])
+def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
+  """x @ W with W [K, N] bigger than linalg.PACK_MIN_BYTES (GPT-2's Conv1D layers), or x @ W.T with W [N, K]
+  (nn.Linear), reads W through panels of linalg.PANEL columns copied contiguous, when N is whole panels and there are
+  rows enough to reuse them; the result, a fused epilogue and the gradients match eager either way."""
   torch.manual_seed(0)
-  x, w, bias = torch.randn(m, k, requires_grad=True), torch.randn(k, n, requires_grad=True), torch.randn(n)
-  fn = lambda x, w, bias: F.gelu(torch.addmm(bias, x, w), approximate="tanh")
+  x, w, bias = torch.randn(m, k, requires_grad=True), torch.randn(*((n, k) if transposed else (k, n)), requires_grad=True), torch.randn(n)
+  if transposed: fn = lambda x, w, bias: F.gelu(F.linear(x, w, bias))
+  else: fn = lambda x, w, bias: F.gelu(torch.addmm(bias, x, w), approximate="tanh")
   torch._dynamo.reset()
   with torch_uop.debug.capture() as graphs:
     got = torch.compile(fn, backend="uop", options=FRESH)(x, w, bias)
@@ -235,3 +237,21 @@ def test_patch_embedding_is_one_gemm(n, c, h, o, k):
   reduce_lengths = {r.src[0].arg for kern in graphs[0].kernels for u in kern.ast.toposort() if u.op.name == "REDUCE"
                     for r in u.src[1:]}
   assert reduce_lengths == {c * k * k}
+
+
+@pytest.mark.parametrize("n,vectors", [(64, 2), (48, 1)])
+def test_gemm_register_tile_is_two_vector_registers_wide(n, vectors):
+  """x @ W's SIMD axis takes two of this CPU's vector registers per row where N allows (runtime/cpu.py simd_lanes:
+  16 float32 with AVX-512, 8 with AVX2), else one, and the rows are the blocked axis (they share W's vectors)."""
+  from torch_uop.runtime.cpu import simd_lanes
+  lanes = simd_lanes()
+  if n % (2 * lanes) == 0 and vectors == 1: n += lanes  # 48 is whole double-width tiles on a 4- or 8-lane CPU
+  torch.manual_seed(0)
+  x, w = torch.randn(64, 96), torch.randn(96, n)
+  with torch_uop.debug.capture() as graphs:
+    out = torch.compile(lambda x, w: x @ w, backend="uop", options=FRESH)(x, w)
+  torch.testing.assert_close(out, x @ w, rtol=1e-4, atol=1e-4)
+  gemm = next(k for k in graphs[0].kernels if any(u.op.name == "REDUCE" for u in k.ast.toposort()))
+  upcast = dict(gemm.opts.upcast)
+  assert upcast[gemm.opts.vector_axis] == vectors * lanes
+  assert set(upcast) == {0, gemm.opts.vector_axis}

@@ -39,14 +39,14 @@ def matmul(a: LT, b: LT) -> LT:
   """Batched matmul over the last two dims; batch dims must already match."""
   a, b = _indexable(a), _indexable(b)
   *batch, m, k = a.shape
+  n = b.shape[-1]
+  acc = compute_dtype(a.dtype)
+  if _packs(a, b): return _panel_matmul(a.cast(acc), b.cast(acc))
   # with a short K (attention scores at head size 16 to 64), SIMD along K would spend more on each output's horizontal
   # sum than on its products: b laid out along N (one pass over it, N x K elements) gives SIMD along N instead
   # (only when N is whole vectors: the optimizer puts no SIMD on an axis with a partial last vector)
-  n = b.shape[-1]
-  if not is_sym(k) and not is_sym(n) and k < SHORT_REDUCE and n % VECTOR_UPCAST == 0 and _contiguous_along_k(b):
+  if not any(map(is_sym, (k, n))) and k < SHORT_REDUCE and n % VECTOR_UPCAST == 0 and _contiguous_along_k(b):
     b = b.contiguous()
-  acc = compute_dtype(a.dtype)
-  if _packs(a, b): return _panel_matmul(a.cast(acc), b.cast(acc))
   a3 = a.cast(acc).reshape((*batch, m, 1, k)).expand((*batch, m, n, k))
   b3 = b.cast(acc).transpose(-1, -2).reshape((*batch, 1, n, k)).expand((*batch, m, n, k))
   return (a3 * b3).sum((len(batch) + 2,), keepdim=False)
@@ -58,14 +58,15 @@ PACK_MIN_ROWS = 64          # enough rows that each panel is reused by several t
 
 
 def _packs(a: LT, b: LT) -> bool:
-  """Whether x @ b reads b [K, N] (N contiguous) through packed panels. A register tile walks b down a column strip
-  of PANEL floats, one row of K at a time; when b's rows are far apart, the strip's lines collide in the cache's
-  sets (a row of 3072 floats is 12 KiB: every row maps to the same few sets), so the strip is fetched again from
-  memory for every tile of rows. Packed, each strip is K x PANEL contiguous floats and stays in L2."""
+  """Whether x @ b reads a big b [K, N] through packed panels. Laid out along N, a register tile walks b down a
+  column strip of PANEL floats, one row of K at a time; when b's rows are far apart, the strip's lines collide in the
+  cache's sets (a row of 3072 floats is 12 KiB: every row maps to the same few sets), so the strip is fetched again
+  from memory for every tile of rows. Packed, each strip is K x PANEL contiguous floats and stays in L2. Laid out
+  along K (x @ W.T), the panels trade SIMD along K, with a horizontal sum per output and a scalar epilogue, for the
+  same N-wide vector tiles (the copy then transposes)."""
   *batch, m, k = a.shape
   n = b.shape[-1]
   if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
-  if b.uop.op is Ops.VIEW and (b.uop.arg.views[-1].strides[-1] != 1): return False  # read along K: no N-SIMD
   return k * n * b.dtype.itemsize >= PACK_MIN_BYTES
 
 
