@@ -147,11 +147,13 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, simd_lanes: int = DEFAULT_S
     # along an output axis that the loads and the store walk contiguously (e.g. x @ w), by upcasting it
     # (a reduce loop shorter than a vector is not worth SIMD: a 3x3 convolution window)
     # The SIMD axis takes two vector registers per row where it divides (8 rows x 2 vectors: 16 accumulators, two
-    # vector loads and 8 broadcasts per 16 FMAs), else one.
+    # vector loads and 8 broadcasts per 16 FMAs), else one. A symbolic axis takes VECTOR_UPCAST whatever the CPU, so
+    # the guard on its divisibility, and the sizes one compile serves, stay the same everywhere.
     if not any(contiguous_along(r, loads) and _trip_count(r) >= MIN_SIMD_REDUCE for r in reduce_ranges):
       for axis in sorted(ranges, reverse=True):
         size, r = out_shape[axis], ranges[axis]
-        width = next((w for w in (2 * simd_lanes, simd_lanes) if _divisible(size, w, used_vars)), None)
+        widths = (VECTOR_UPCAST,) if is_sym(size) else (2 * simd_lanes, simd_lanes)
+        width = next((w for w in widths if _divisible(size, w, used_vars)), None)
         if width is None: continue
         if contiguous_along(r, loads + stores) and any(not _depends_on(ld.src[1], r, cache) for ld in loads) \
            and _guard_divisible(size, width, used_vars):
