@@ -419,14 +419,6 @@ def run_main(args, names: list[str], modes: list[str], backends: list[str]) -> i
 
 # ----- the profile view -----
 
-def kernel_ops(graph) -> dict:
-  """{profile step name: the ATen ops the kernel computes, without its shape} for a CompiledGraph's kernels."""
-  plan = getattr(graph, "plan", None)
-  if plan is None: return {}
-  return {f"{step.label or step.name} {tuple(step.shape)}": (step.what or "").split("[")[0]
-          for kind, step in plan.steps if kind == "kernel"}
-
-
 def format_groups(kernel_steps: dict, what: dict, work: dict, total: float, iters: int, limits: dict, top: int = 12) -> str:
   """Kernel time summed by what the kernels compute (their ATen ops), so a kind of kernel spread thin over many
   launches (a model's 12 attention blocks) shows as one line, with its achieved rates."""
@@ -473,7 +465,7 @@ def profile_main(name: str, mode: str, size: str, top: int = 25) -> int:
   work, what = {}, {}
   for g in graphs:
     work.update(torch_uop.debug.kernel_work(g))
-    what.update(kernel_ops(g))
+    what.update(torch_uop.debug.kernel_ops(g))
 
   total = sum(s for _, s in steps.values()) or 1e-12
   rows = sorted(steps.items(), key=lambda kv: -kv[1][1])

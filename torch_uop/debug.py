@@ -98,7 +98,7 @@ def kernel_work(graph) -> dict:
   buffer counts whole and a kernel one FLOP per output element. A graph with symbolic sizes has no plan: {}."""
   import math
   from torch_uop.core.dtypes import to_torch
-  from torch_uop.runtime.executor import _nbytes
+  from torch_uop.runtime.executor import _nbytes, profile_key
   plan = getattr(graph, "plan", None)
   if plan is None: return {}
   counted = {k.name: _ast_counts(k.ast) for k in graph.kernels}
@@ -112,8 +112,17 @@ def kernel_work(graph) -> dict:
       info = plan.buffers[slot]
       size = _nbytes(info)
       nbytes += min(size, loads[slot] * to_torch(info.dtype).itemsize) if slot in loads else size
-    work[f"{step.label or step.name} {tuple(step.shape)}"] = (nbytes, outputs if flops is None else flops)
+    work[profile_key(step)] = (nbytes, outputs if flops is None else flops)
   return work
+
+
+def kernel_ops(graph) -> dict:
+  """{step name: the ATen ops the kernel computes} for each kernel of a `CompiledGraph`, keyed like `profile()`'s
+  steps, e.g. "convolution+...+relu" (the profiler names' ops, without their shape); {} for a graph with no plan."""
+  from torch_uop.runtime.executor import profile_key
+  plan = getattr(graph, "plan", None)
+  if plan is None: return {}
+  return {profile_key(step): (step.what or "").split("[")[0] for kind, step in plan.steps if kind == "kernel"}
 
 
 def _ast_counts(ast) -> tuple[dict, int | None]:

@@ -596,7 +596,7 @@ class CompiledGraph:
       if prof is not None:
         if self._sync is not None: self._sync()
         step = self.plan.steps[i][1]
-        name = f"{step.label or step.name} {tuple(step.shape)}" if kind == "kernel" else f"fallback {step.op.name}"
+        name = profile_key(step) if kind == "kernel" else f"fallback {step.op.name}"
         calls, secs = prof.get(name, (0, 0.0))
         prof[name] = (calls + 1, secs + time.perf_counter() - t0)
       if self._sync is None:
@@ -720,6 +720,11 @@ def _step_name(graph: str, kind: str, step) -> str:
   if kind != "kernel": return f"uop:{graph}:fallback {step.op.name}"
   number = step.label.rsplit("_", 1)[-1] if step.label else step.name
   return f"uop:{graph}:{number} {step.what or tuple(step.shape)}"
+
+
+def profile_key(step) -> str:
+  """A kernel step's name in `torch_uop.debug.profile()`'s table and its companions: "forward1_k3 (1, 128, 768)"."""
+  return f"{step.label or step.name} {tuple(step.shape)}"
 
 
 def _describe(item: KernelItem, provenance: dict, shape: tuple) -> str:
