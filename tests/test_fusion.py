@@ -1,7 +1,7 @@
 """Fusion: how many kernels the scheduler makes for common patterns (metrics()["kernels_compiled"]).
 
 Elementwise chains fuse into one kernel, an elementwise prologue and epilogue fuse into their
-reduction, and on the CPU a statistic over the trailing axes read back along them (softmax, layer norm,
+reduction (on the CPU, except a matmul's epilogue with a math function such as GELU's), and on the CPU a statistic over the trailing axes read back along them (softmax, layer norm,
 mean-centering) is computed once per row inside its reader; over other axes it costs one extra kernel. Every case is also checked against eager and must not fall back.
 """
 import pytest
@@ -80,7 +80,17 @@ def test_linear_bias_relu_is_one_kernel():
 
 
 def test_matmul_with_epilogue_is_one_kernel():
-  assert kernels(lambda a, b: torch.tanh(a @ b) * 2, torch.randn(8, 12), torch.randn(12, 5)) == 1
+  assert kernels(lambda a, b, c: torch.relu(a @ b + c).clamp(max=3) * 2, torch.randn(8, 12), torch.randn(12, 5), torch.randn(5)) == 1
+
+
+@pytest.mark.parametrize("act", [torch.tanh, torch.nn.functional.gelu, torch.nn.functional.silu, torch.sigmoid])
+def test_matmul_with_a_math_function_epilogue_is_two_kernels(act):
+  # a register-tiled GEMM would compute the epilogue once per tile position, unrolled: a math function that expands
+  # into tens of operations gets a pointwise kernel of its own over the GEMM's result
+  a, b, c = torch.randn(40, 24), torch.randn(24, 48), torch.randn(48)
+  fn = lambda a, b, c: act(torch.nn.functional.linear(a, b.t(), c)) * 2
+  assert kernels(fn, a, b, c) == 2
+  torch.testing.assert_close(torch.compile(fn, backend="uop")(a, b, c), fn(a, b, c))
 
 
 def test_movement_ops_fuse_into_their_consumer():

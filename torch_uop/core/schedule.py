@@ -3,7 +3,8 @@
 Takes the tensor-level UOp graph (the roots that must exist in memory: graph outputs and inputs of
 fallback steps) and decides which nodes are realized into buffers. Everything else is fused:
 elementwise chains inline into their consumer, movement ops become index maps, and an elementwise
-prologue and epilogue fuse into their reduction. A reduction is realized on its own when its result
+prologue and epilogue fuse into their reduction (on the CPU, a contraction's epilogue with a math function that
+expands into many operations runs as a kernel of its own). A reduction is realized on its own when its result
 is read through a movement op (e.g. broadcast back, as in softmax), nested in another reduction,
 reduced over a different domain than the kernel's other reductions, or read by several kernels.
 
@@ -128,6 +129,37 @@ def _shared_expressions(roots: list, realized: set) -> set:
   return costly - inner
 
 
+# math functions that are one instruction or a few on a CPU; every other one expands into tens of operations
+_INSTRUCTION_MATH = frozenset({"sqrt", "abs", "floor", "ceil", "trunc", "round", "copysign"})
+
+
+def _reads_broadcast(u: UOp) -> bool:
+  """Whether an operand is read through a broadcasting view (possibly under casts and reshapes)."""
+  while u.op is Ops.CAST or (u.op is Ops.VIEW and _expansion(u) == 1): u = u.src[0]
+  return u.op is Ops.VIEW and _expansion(u) > 1
+
+
+def _contraction(red: UOp) -> bool:
+  """A sum of products of two broadcast operands: a matmul's or a convolution's reduction, which codegen blocks
+  into register tiles (core/opt.py)."""
+  src = red.src[0]
+  while src.op is Ops.CAST: src = src.src[0]
+  return red.arg[0] is Ops.ADD and src.op is Ops.MUL and all(_reads_broadcast(s) for s in src.src)
+
+
+def _costly_epilogue(root: UOp, red: UOp, realized: set) -> bool:
+  """Whether the expression a kernel computes from its reduction's result holds a math function that expands into
+  many operations (GELU's erf or tanh, SiLU's exp)."""
+  stack, seen = [root], set()
+  while stack:
+    n = stack.pop()
+    if n in seen or n is red or (n is not root and (n in realized or _is_buffer(n))): continue
+    seen.add(n)
+    if n.op is Ops.MATH and n.arg not in _INSTRUCTION_MATH: return True
+    stack.extend(n.src)
+  return False
+
+
 def _broadcast_back(view: UOp, domain: tuple | None, realized: set, reduced: frozenset = frozenset()) -> bool:
   """Whether `view` reads an unrealized value of `domain`'s shape with its trailing axes kept as 1 (a row
   statistic such as x.max(-1, keepdim=True), or an expression of such statistics) broadcast back along them, as
@@ -205,13 +237,14 @@ def _kernel_reduces(root: UOp, realized: set, row_fusion: bool = False) -> tuple
 
 
 def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_strides: dict | None = None,
-             row_fusion: bool = False) -> Schedule:
+             row_fusion: bool = False, split_costly_epilogues: bool = False) -> Schedule:
   """roots: tensor nodes that must be in memory. input_slots: BUFFER node -> slot (given by the caller).
   root_strides: realized node -> the element strides its buffer must have (e.g. a graph output's eager
   layout, possibly with stride 0 or overlap); others are contiguous. row_fusion: a reduction over the trailing
   axes that is broadcast back along them into one kernel is computed there, once per row (_broadcast_back), instead
   of in a kernel of its own (for the CPU, where a row's second pass reads the cache; not for GPU-style devices,
-  where every work-item would redo the whole row)."""
+  where every work-item would redo the whole row). split_costly_epilogues: a contraction's epilogue with a math
+  function that expands into many operations runs in a kernel of its own (for the CPU's register tiles)."""
   nodes = toposort(roots)
   realized: set = set(r for r in roots if not _is_buffer(r))
   for n in nodes:
@@ -234,6 +267,10 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
           if (f.src[0].shape, f.arg[1]) != domain: new.add(f)
       for f in fused:
         if f is not r: reach_count[f] = reach_count.get(f, 0) + 1
+        # a register-tiled contraction computes its epilogue once per tile position, unrolled: a costly one there
+        # makes a huge kernel body (slow to compile, and scalar where SIMD runs along the reduction), so it gets a
+        # kernel of its own over the realized result
+        if split_costly_epilogues and f is not r and _contraction(f) and _costly_epilogue(r, f, realized): new.add(f)
     new |= {f for f, c in reach_count.items() if c > 1}
     if not new: new = _shared_expressions([n for n in nodes if n in realized], realized)
     new -= realized

@@ -62,6 +62,12 @@ _INV_LN2 = 1.4426950408889634
 
 
 def exp_f32(x: UOp, base2: bool = False) -> UOp:
+  hi, lo = (128.0, -150.0) if base2 else (88.72283935546875, -104.0)
+  underflows = _lt(x, lo)
+  # where the result is 0 anyway, compute at x = 0: the scaling below would otherwise make subnormal intermediates,
+  # which Intel CPUs handle in microcode at a hundred cycles or more each (a masked softmax's exp(-inf))
+  x_in = x
+  x = underflows.where(_f(0.0), x)
   t = x if base2 else x * _f(_INV_LN2)
   qf = t.math("round")
   if base2: r = (x - qf) * _f(math.log(2))
@@ -71,10 +77,9 @@ def exp_f32(x: UOp, base2: bool = False) -> UOp:
   q = qf.maximum(_f(-160.0)).minimum(_f(160.0)).cast(I32)
   q1 = q.alu(Ops.SHR, _i(1))
   out = p * _pow2i(q1) * _pow2i(q - q1)
-  hi, lo = (128.0, -150.0) if base2 else (88.72283935546875, -104.0)
-  out = _lt(x, hi).where(out, _f(INF))
-  out = _lt(x, lo).where(_f(0.0), out)
-  return _isnan(x).where(x, out)  # NaN in, NaN out
+  out = _lt(x_in, hi).where(out, _f(INF))
+  out = underflows.where(_f(0.0), out)
+  return _isnan(x_in).where(x_in, out)  # NaN in, NaN out
 
 
 # expm1(r) on [-ln2/2, ln2/2]: r + r^2 * (1/2 + r * P(r))
@@ -351,7 +356,9 @@ _ERFC_SCALED = (0.0002749496197793633, 0.5589596629142761, 0.042608775198459625,
 def erf_f32(x: UOp) -> UOp:
   a = x.alu(Ops.MAX, -x)  # |x| (NaN stays NaN)
   small = x * _poly(_ERF_SMALL, x * x)
-  tail = _f(1.0) - exp_f32(-(a * a)) * _poly(_ERFC_SCALED, a.alu(Ops.RECIP))
+  # (the tail is computed at |x| <= 4 only: beyond, where erf is 1, e^(-x^2) would be subnormal, and slow)
+  ta = a.minimum(_f(4.0))
+  tail = _f(1.0) - exp_f32(-(ta * ta)) * _poly(_ERFC_SCALED, ta.alu(Ops.RECIP))
   tail = (a.alu(Ops.CMPLT, _f(4.0))).where(tail, _f(1.0))
   signed = x.alu(Ops.CMPLT, _f(0.0)).where(-tail, tail)
   out = a.alu(Ops.CMPLT, _f(1.0)).where(small, signed)
