@@ -1,6 +1,7 @@
 """The fast kernel paths against eager: convolution over padded rows (stride 1, strided through space to depth,
 dilated, grouped, depthwise), its weight gradient as a GEMM over im2col rows, register tiles that do not divide
-their axis, the loop order of a GEMM with a big weight, a GEMM over packed weight panels, a graph output that is a reshape of a computed buffer, and an expensive expression shared by kernels."""
+their axis, the loop order of a GEMM with a big weight, a GEMM over packed weight panels, a graph output that is a reshape of a computed buffer, an expensive expression shared by kernels, and the
+loop order of a transposing copy."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -255,3 +256,29 @@ def test_gemm_register_tile_is_two_vector_registers_wide(n, vectors):
   upcast = dict(gemm.opts.upcast)
   assert upcast[gemm.opts.vector_axis] == vectors * lanes
   assert set(upcast) == {0, gemm.opts.vector_axis}
+
+
+TRANSPOSING_COPIES = [
+  # (input shape, view of it that is copied, the loop order the copy runs in)
+  ((96, 64), lambda b: b.reshape(96, 2, 32).permute(1, 0, 2), (1, 0, 2)),                  # packing a weight into panels
+  ((2, 24, 4, 16), lambda x: x.permute(0, 2, 1, 3), (0, 2, 1, 3)),                          # attention heads out of (B, S, H, D)
+  ((2, 4, 24, 16), lambda x: x.permute(0, 2, 1, 3), (0, 2, 1, 3)),                          # and back
+  ((5, 6, 7), lambda x: x.permute(1, 0, 2), ()),                                            # rows of 7 floats: under a cache line
+  ((3, 40, 20), lambda x: x.expand(6, 3, 40, 20).permute(1, 0, 2, 3), ()),                  # a broadcast axis keeps its place
+  ((4, 8, 32), lambda x: x * 2, ()),                                                        # same layout: axis order
+]
+
+
+@pytest.mark.parametrize("shape,view,order", TRANSPOSING_COPIES, ids=range(len(TRANSPOSING_COPIES)))
+def test_transposing_copy_reads_its_source_in_order(shape, view, order):
+  """A copy into another layout nests its output loops so the loads walk the source row after row (core/opt.py
+  _read_order), with the stored axis innermost."""
+  torch.manual_seed(0)
+  x = torch.randn(shape)
+  fn = lambda x: view(x).contiguous() + 1
+  with torch_uop.debug.capture() as graphs:
+    out = torch.compile(fn, backend="uop", options=FRESH)(x)
+  torch.testing.assert_close(out, fn(x))
+  (kernel,) = graphs[0].kernels
+  assert kernel.opts.loop_order == order
+  assert kernel.opts.split_axis == (order[0] if order else 0)

@@ -271,7 +271,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
   split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "split"), None)
   split_size = 0 if split is None else split.src[0].arg if split.src[0].op is Ops.CONST else Sym(split.src[0])
-  program = linearize(ast)
+  program = linearize(ast, opts.loop_order)
   return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], program, opts, split_size, _group_size(program, opts))
 
 
@@ -318,15 +318,16 @@ def _ranges_of(u: UOp, cache: dict) -> frozenset:
   return r
 
 
-def linearize(sink: UOp) -> list[UOp]:
-  """Order a kernel graph into a linear program with explicit loop structure."""
+def linearize(sink: UOp, loop_order: tuple = ()) -> list[UOp]:
+  """Order a kernel graph into a linear program with explicit loop structure; the output loops nest in
+  `loop_order` (outermost axis first) where it is given (opt.KernelOpts.loop_order), else in axis order."""
   nodes = toposort([sink])
   rcache: dict = {}
   for n in nodes: _ranges_of(n, rcache)
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
   if has_row_reductions(reduces): return _linearize_rows(nodes, rcache)
   reduce_ranges = _order_reduce_ranges(list(reduces[0].src[1:]), nodes, rcache) if reduces else []
-  outer_ranges = _output_ranges(nodes, set(reduce_ranges))
+  outer_ranges = _output_ranges(nodes, set(reduce_ranges), loop_order)
   after_reduce: dict = {}
 
   def depends_on_reduce(u: UOp) -> bool:
@@ -365,10 +366,11 @@ def linearize(sink: UOp) -> list[UOp]:
   return _expand_loops(program, body_nodes, loop_of) if body_nodes or any(n.op is Ops.LOOP for n in program) else program
 
 
-def _output_ranges(nodes: list, reduce_ranges: set) -> list:
-  """The kernel's output loops in axis order, the thread-split loop outermost."""
+def _output_ranges(nodes: list, reduce_ranges: set, loop_order: tuple = ()) -> list:
+  """The kernel's output loops in `loop_order` (else axis order), the thread-split loop outermost."""
+  place = {a: k for k, a in enumerate(loop_order)}
   return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] != "loop"} - reduce_ranges,
-                key=lambda r: (r.arg[1] != "split", r.arg[0]))
+                key=lambda r: (r.arg[1] != "split", place.get(r.arg[0], r.arg[0])))
 
 
 def _linearize_rows(nodes: list, rcache: dict) -> list[UOp]:

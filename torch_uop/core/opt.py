@@ -7,6 +7,7 @@
   convolution: a 4x4 tile of outputs shares 4+4 loads per reduction step instead of 16+16.
 - `split_axis`: the output axis whose iterations are divided among CPU threads (the outermost loop
   left with at least two iterations); the kernel takes its bounds as arguments.
+- `loop_order`: how the output loops nest when not in axis order (a transposing copy reads its source in order).
 
 - `group` (GPU-style devices): a work-group of up to `group` work-items computes one output together, each
   taking a strided share of the outermost reduce loop (renderer/cstyle.py combines the shares in local memory).
@@ -32,6 +33,7 @@ class KernelOpts:
   split_axis: int | None = None
   vector_axis: int | None = None  # an upcast output axis SIMD runs along; the reduce loop then stays scalar
   group: int = 0              # GPU-style devices: work-items that share one output's outermost reduce loop (0: none)
+  loop_order: tuple = ()      # the output loops' nesting, outermost axis first (the split loop outermost); (): axis order
 
   def factor(self, axis: int) -> int: return dict(self.upcast).get(axis, 1)
 
@@ -180,8 +182,37 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, simd_lanes: int = DEFAULT_S
   factors = dict(upcast)
   # (a symbolic size is at least 2 when its variable's range says so; otherwise the split is a guarded decision)
   looped = [a for a in range(len(out_shape)) if out_shape[a] // factors.get(a, 1) >= 2]
+  order = () if reduces else _read_order(out_shape, nodes, ranges, all_ranges)
+  if order: looped = [a for a in order if a in looped]
   split = _outermost_axis(looped, ranges, nodes, reduces) if reduces and len(looped) >= 2 else next(iter(looped), None)
-  return KernelOpts(tuple(sorted(upcast)), split, vector_axis)
+  return KernelOpts(tuple(sorted(upcast)), split, vector_axis, loop_order=order)
+
+
+MIN_STORE_RUN_BYTES = 64  # a kernel's innermost loop stores at least a cache line in a row before its loops may reorder
+
+
+def _read_order(out_shape: tuple, nodes: list, ranges: dict, all_ranges: list) -> tuple:
+  """The output loops of a kernel without reductions nested so that its loads read memory in order: the axis the
+  store walks contiguously stays innermost, the others go outermost first by how far the loads jump along them.
+  A transposing copy (packing a weight into panels, splitting attention heads) then reads its source row after
+  row and writes a few streams of whole cache lines, where in axis order each step of the loop around the
+  innermost one would read a new row, from a new page. Axes no load moves along (broadcasts) keep their places,
+  as does everything when the innermost loop stores less than MIN_STORE_RUN_BYTES in a row.
+  () when that is axis order."""
+  loads = [n for n in nodes if n.op is Ops.LOAD]
+  stores = [n for n in nodes if n.op is Ops.STORE]
+  axes = sorted(ranges)
+  if len(axes) < 3 or not loads or len(stores) != 1 or any(is_sym(out_shape[a]) for a in axes): return ()
+
+  def stride(access: UOp, axis: int) -> int:
+    st = stride_along(access.src[1], ranges[axis], all_ranges)
+    return abs(st) if st is not None else 0
+  inner = axes[-1]
+  if stride(stores[0], inner) != 1 or out_shape[inner] * stores[0].src[2].dtype.itemsize < MIN_STORE_RUN_BYTES: return ()
+  jumps = {a: sum(stride(ld, a) * ld.dtype.itemsize for ld in loads) for a in axes[:-1]}
+  moving = iter(sorted((a for a in axes[:-1] if jumps[a]), key=lambda a: -jumps[a]))
+  order = (*[next(moving) if jumps[a] else a for a in axes[:-1]], inner)
+  return () if order == tuple(axes) else order
 
 
 SWEEP_CACHE_BYTES = 1 << 20  # an operand this small stays in a core's L2 cache while the loops sweep it again

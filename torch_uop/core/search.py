@@ -134,7 +134,7 @@ class _Bench:
     """Seconds one call of the kernel built with `opts` takes (min over runs), or None if it failed or was wrong.
     A first run slower than `cutoff` is not repeated."""
     from torch_uop.core.codegen import build_kernel
-    from torch_uop.core.renderer.llvmir import render_llvm
+    from torch_uop.core.renderer.llvmir import render_kernel
     from torch_uop.runtime.cpu import CPUProgram
     from torch_uop.runtime import threads
     from torch_uop.runtime.executor import _kernel_work
@@ -145,7 +145,7 @@ class _Bench:
         prog, launch = self._device_launch(opts)
       else:
         k = build_kernel(self.item, "tune", opts)
-        prog = CPUProgram(render_llvm(k.name, k.program, k.buffers), {k.name: len(k.buffers)}, self.opt_level, disk_cache=False)
+        prog = CPUProgram(render_kernel(k), {k.name: len(k.buffers)}, self.opt_level, disk_cache=False)
         fn, ptrs = prog.functions[k.name], [self.buffers[s].data_ptr() for s in k.buffers]
     except Exception:
       return None
@@ -238,12 +238,12 @@ def _tuning_key(item, width: int, opt_level: int, target=None) -> str:
                      _optimizer_sources())
   import torch_uop
   from torch_uop.core.codegen import build_kernel
-  from torch_uop.core.renderer.llvmir import render_llvm
+  from torch_uop.core.renderer.llvmir import render_kernel
   from torch_uop.runtime import cache
   from torch_uop.runtime.cpu import target_id
   k = build_kernel(item, "k", KernelOpts())
   cpu_name, features, _ = target_id()
-  return cache.key("beam", render_llvm(k.name, k.program, k.buffers), cpu_name, features, f"threads={torch.get_num_threads()}", f"width={width}",
+  return cache.key("beam", render_kernel(k), cpu_name, features, f"threads={torch.get_num_threads()}", f"width={width}",
                    f"opt={opt_level}", torch_uop.__version__, _optimizer_sources())
 
 
@@ -260,7 +260,8 @@ def _optimizer_sources() -> str:
 
 
 def _opts_from_json(d: dict) -> KernelOpts:
-  return KernelOpts(tuple((int(a), int(f)) for a, f in d["upcast"]), d["split_axis"], d["vector_axis"], int(d.get("group", 0)))
+  return KernelOpts(tuple((int(a), int(f)) for a, f in d["upcast"]), d["split_axis"], d["vector_axis"], int(d.get("group", 0)),
+                    tuple(int(a) for a in d.get("loop_order", ())))
 
 
 def beam_search(item, width: int, opt_level: int = 3, name: str = "", target=None) -> KernelOpts | None:
@@ -328,6 +329,7 @@ def _beam_search(item, width: int, opt_level: int, name: str, target=None) -> Ke
   _log.info("beam %s: %d candidates in %.2fs, heuristic %.1fus %s, best %.1fus %s, chosen %s", name, len(timed),
             time.perf_counter() - t_start, t_heuristic * 1e6, heuristic, t_best * 1e6, beam[0], winner)
   record = {"upcast": winner.upcast, "split_axis": winner.split_axis, "vector_axis": winner.vector_axis, "group": winner.group,
+            "loop_order": winner.loop_order,
             "time_s": t_best if winner != heuristic else t_heuristic, "heuristic_time_s": t_heuristic, "candidates": len(timed)}
   cache.store_tuning(key, json.dumps(record))
   return winner

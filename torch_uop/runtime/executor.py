@@ -34,7 +34,7 @@ from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferIn
 from torch_uop.core.shapetracker import contiguous_strides
 from torch_uop.core.codegen import build_kernel
 from torch_uop.core.search import beam_search
-from torch_uop.core.renderer.llvmir import render_llvm
+from torch_uop.core.renderer.llvmir import render_kernel
 from torch_uop.core.renderer.cstyle import launch_items
 from torch_uop.runtime.devices import Target, CPU
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
@@ -184,7 +184,7 @@ class CompiledGraph:
       if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = None
     with _Timer("schedule"):
       sched = schedule(roots, first_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None},
-                       row_fusion=target.kind != "gpu")
+                       row_fusion=target.kind != "gpu", split_costly_epilogues=target.kind != "gpu")
     if vars_slot is not None:
       # variable name -> its place in the table kernels read; codegen adds derived ones (v // f of an upcast axis)
       self.var_position, self.derived_vars = {v.arg[0]: k for k, v in enumerate(self.size_vars)}, {}
@@ -214,7 +214,7 @@ class CompiledGraph:
     renderer = target.renderer() if gpu else None
     with _Timer("render"):
       if gpu: sources = [renderer.render_kernel(k.name, k.program, k.buffers, k.local_size) for _, k in kernels]
-      else: sources = [render_llvm(k.name, k.program, k.buffers) for _, k in kernels]
+      else: sources = [render_kernel(k) for _, k in kernels]
     self.kernels = [k for _, k in kernels]
     self.sources = sources
     if debug >= 2 or _log.isEnabledFor(logging.DEBUG): self._log_kernels(sched, sources)

@@ -117,13 +117,23 @@ class _Function:
   def declare(self, sig: str): self.declares.add(sig)
 
 
-def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
+def render_kernel(kernel) -> str:
+  """A codegen.Kernel's LLVM module. A kernel whose output loops were reordered (opt.KernelOpts.loop_order) has
+  its SIMD on the innermost loop only: LLVM would otherwise unroll that loop fully and vectorize the one around it,
+  with gathers and scatters."""
+  return render_llvm(kernel.name, kernel.program, kernel.buffers, innermost_simd=bool(kernel.opts and kernel.opts.loop_order))
+
+
+def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermost_simd: bool = False) -> str:
   f = _Function(name)
   arg_of = {slot: i for i, slot in enumerate(buffer_slots)}
   loops: dict[UOp, str] = {}
   accs: dict[UOp, str] = {}
   # SIMD across upcast outputs (a serial reduce loop): no loop of the kernel is for LLVM to vectorize
   serial = any(u.op is Ops.RANGE and u.arg[1] == "reduce_serial" for u in program)
+  innermost = [u for u in program if u.op is Ops.RANGE][-1:] if innermost_simd else []
+  scalar_loops = {u for u in program if u.op is Ops.RANGE and (u.arg[1] in ("reduce_serial", "loop") or serial or
+                                                               (innermost_simd and u not in innermost))}
   for u in program:
     op = u.op
     if op is Ops.DEFINE_GLOBAL:
@@ -156,7 +166,7 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int]) -> str:
       f.emit(f"%{lid}.next = add nsw i64 %{lid}, 1")
       f.emit(f"store i64 %{lid}.next, ptr %{lid}.addr")
       # !0: LLVM may vectorize this loop; !2: keep it scalar (SIMD runs across upcast outputs instead)
-      f.emit(f"br label %{lid}.cond, !llvm.loop !{2 if serial or u.src[0].arg[1] in ('reduce_serial', 'loop') else 0}")
+      f.emit(f"br label %{lid}.cond, !llvm.loop !{2 if u.src[0] in scalar_loops else 0}")
       f.label(f"{lid}.exit")
     elif op is Ops.DEFINE_ACC:
       owner = u.src[0]  # a REDUCE, or the LOOP_VAR of a loop's state (src[1]: its initial value)
