@@ -83,6 +83,12 @@ def test_matmul_with_epilogue_is_one_kernel():
   assert kernels(lambda a, b, c: torch.relu(a @ b + c).clamp(max=3) * 2, torch.randn(8, 12), torch.randn(12, 5), torch.randn(5)) == 1
 
 
+def test_matmul_prologue_read_by_many_columns_is_its_own_kernel():
+  # relu(h) @ W: a register tile would recompute relu(h) in its inner loop once per tile of W's columns
+  h, w = torch.randn(32, 40), torch.randn(40, 64)
+  assert kernels(lambda h, w: torch.relu(h) @ w, h, w) == 2
+
+
 @pytest.mark.parametrize("act", [torch.tanh, torch.nn.functional.gelu, torch.nn.functional.silu, torch.sigmoid])
 def test_matmul_with_a_math_function_epilogue_is_two_kernels(act):
   # a register-tiled GEMM would compute the epilogue once per tile position, unrolled: a math function that expands

@@ -87,6 +87,10 @@ def _recompute_cost(node: UOp, realized: set) -> int:
 MAX_BROADCAST_RECOMPUTE = 8
 
 
+# an elementwise expression read by a reduction through a broadcast this wide is realized however cheap it is
+MIN_REDUCE_REUSE = 16
+
+
 # an elementwise expression that k kernels would each recompute is realized once when (k - 1) times its cost is
 # above this (a load weighs 2, a libm-style function 8, other ops 1): e.g. a max-pool's backward read by three kernels
 MAX_SHARED_RECOMPUTE = 24
@@ -222,9 +226,12 @@ def _kernel_reduces(root: UOp, realized: set, row_fusion: bool = False) -> tuple
     if node.op is Ops.VIEW:
       src = node.src[0]
       factor = _expansion(node)
-      if factor > 1 and src not in realized and not _is_buffer(src) and \
-         _recompute_cost(src, realized) * min(factor, 64) > 8 * MAX_BROADCAST_RECOMPUTE:
-        must_realize.add(src); continue
+      if factor > 1 and src not in realized and not _is_buffer(src):
+        cost = _recompute_cost(src, realized)
+        # an operand of a reduction read many times over (a GEMM prologue: relu(h) @ W) is worth a pass of its own
+        # whatever it costs: a register tile recomputes it in its inner loop, once per tile of the other axis
+        if cost * min(factor, 64) > 8 * MAX_BROADCAST_RECOMPUTE or (under_reduce and cost and factor >= MIN_REDUCE_REUSE):
+          must_realize.add(src); continue
       # a pure reshape keeps every element where it was: a reduction under it still fuses
       stack.append((src, under_view or not node.arg.is_contiguous, under_reduce, None, None)); continue
     if node.op is Ops.GATHER:
