@@ -282,3 +282,20 @@ def test_transposing_copy_reads_its_source_in_order(shape, view, order):
   (kernel,) = graphs[0].kernels
   assert kernel.opts.loop_order == order
   assert kernel.opts.split_axis == (order[0] if order else 0)
+
+
+@pytest.mark.parametrize("s,d", [(77, 64), (197, 32), (100, 16)])
+def test_attention_scores_over_a_partial_vector_of_keys(s, d):
+  """q @ k.T with a short head size and a key count that is not whole vectors: k is copied along N padded to whole
+  vectors, so the scores GEMM has SIMD along the keys (linalg.matmul), and the padding columns are dropped."""
+  torch.manual_seed(0)
+  q, k = torch.randn(2, 3, s, d, requires_grad=True), torch.randn(2, 3, s, d, requires_grad=True)
+  fn = lambda q, k: torch.softmax(q @ k.transpose(-1, -2) * d ** -0.5, -1)
+  with torch_uop.debug.capture() as graphs:
+    out = torch.compile(fn, backend="uop", options=FRESH)(q, k)
+  ref = fn(q, k)
+  torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+  g = torch.randn_like(ref)
+  torch.testing.assert_close(torch.autograd.grad(out, (q, k), g), torch.autograd.grad(ref, (q, k), g), rtol=1e-4, atol=1e-4)
+  scores = next(kn for kn in graphs[0].kernels if any(u.op.name == "REDUCE" for u in kn.ast.toposort()) and kn.opts.upcast)
+  assert scores.opts.vector_axis is not None

@@ -26,6 +26,7 @@ def _indexable(x: LT) -> LT:
 
 
 SHORT_REDUCE = 128  # a GEMM reducing over fewer elements than this gets its SIMD along N, not along K
+PAD_N_MIN = 4 * VECTOR_UPCAST  # ... over N padded to whole vectors where N is at least this (the padding costs < 25%)
 
 
 def _contiguous_along_k(b: LT) -> bool:
@@ -43,10 +44,14 @@ def matmul(a: LT, b: LT) -> LT:
   acc = compute_dtype(a.dtype)
   if _packs(a, b): return _panel_matmul(a.cast(acc), b.cast(acc))
   # with a short K (attention scores at head size 16 to 64), SIMD along K would spend more on each output's horizontal
-  # sum than on its products: b laid out along N (one pass over it, N x K elements) gives SIMD along N instead
-  # (only when N is whole vectors: the optimizer puts no SIMD on an axis with a partial last vector)
-  if not any(map(is_sym, (k, n))) and k < SHORT_REDUCE and n % VECTOR_UPCAST == 0 and _contiguous_along_k(b):
-    b = b.contiguous()
+  # sum than on its products: b laid out along N (one pass over it, N x K elements) gives SIMD along N instead. The
+  # optimizer puts no SIMD on an axis with a partial last vector, so the copy pads N to whole vectors (ViT's 197
+  # tokens: 208) and the result drops the padding columns.
+  if not any(map(is_sym, (k, n))) and k < SHORT_REDUCE and _contiguous_along_k(b):
+    if n % VECTOR_UPCAST == 0: b = b.contiguous()
+    elif n >= PAD_N_MIN:
+      padded = b.pad([(0, 0)] * (b.ndim - 1) + [(0, -n % VECTOR_UPCAST)]).contiguous()
+      return matmul(a, padded).shrink([(0, d) for d in (*batch, m)] + [(0, n)])
   a3 = a.cast(acc).reshape((*batch, m, 1, k)).expand((*batch, m, n, k))
   b3 = b.cast(acc).transpose(-1, -2).reshape((*batch, 1, n, k)).expand((*batch, m, n, k))
   return (a3 * b3).sum((len(batch) + 2,), keepdim=False)
