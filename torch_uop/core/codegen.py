@@ -54,6 +54,7 @@ class _Evaluator:
     self.item, self.opts = item, opts
     self.args: dict[int, UOp] = {}  # slot -> DEFINE_GLOBAL
     self.memo: dict = {}
+    self.broadcast_dims: dict = {}  # VIEW -> the dims it does not read (_read_dims)
     self.reduce_ranges: tuple | None = None
     self.row_ranges: list = []  # the loops of each row reduction evaluated (schedule.KernelItem.row_reduces)
     self.loops: dict = {}      # (LT.loop tag, idxs, gate) -> (loop id, kernel LOOP sources)
@@ -68,11 +69,25 @@ class _Evaluator:
     return UOp(Ops.LOAD, dtype, src)
 
   def eval(self, node: UOp, idxs: tuple, gate: UOp) -> UOp:
+    if node.op is Ops.VIEW: idxs = self._read_dims(node, idxs)
     key = (node, idxs, gate)
     if key in self.memo: return self.memo[key]
     out = self._eval(node, idxs, gate)
     self.memo[key] = out
     return out
+
+  def _read_dims(self, view: UOp, idxs: tuple) -> tuple:
+    """idxs with 0 along the dims a view broadcasts (stride 0, no mask there), which it does not read: a register
+    tile's positions along such a dim then share one evaluation of what lies below (a GEMM's x is read once per row
+    of the tile, not once per position)."""
+    if view not in self.broadcast_dims:
+      top = view.arg.views[-1]
+      mask = top._mask()
+      self.broadcast_dims[view] = tuple(d for d, (n, st) in enumerate(zip(top.shape, top.strides))
+                                        if st == 0 and mask[d] == (0, n) and not known_equal(n, 1))
+    dims = self.broadcast_dims[view]
+    if not dims: return idxs
+    return tuple(_c(0) if d in dims else i for d, i in enumerate(idxs))
 
   def _eval(self, node: UOp, idxs: tuple, gate: UOp) -> UOp:
     slots = self.item.realized
@@ -194,9 +209,10 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
     loops.append(None if s == 1 else UOp(Ops.RANGE, IDX, (_c(upcast_trips(s, opts.factor(d))),), (d, kind)))
   out_buf = ev.buf(item.out_slot, root.dtype)
   stores = []
-  for offsets in itertools.product(*[range(opts.factor(d)) for d in range(len(out_shape))]):
-    idxs = tuple(_c(0) if r is None else r if opts.factor(d) == 1 else _upcast_index(r, opts.factor(d), o, out_shape[d])
-                 for d, (r, o) in enumerate(zip(loops, offsets)))
+  # each axis' index at each of its tile positions, built once
+  axis_idxs = [[_c(0)] if r is None else [r] if opts.factor(d) == 1 else
+               [_upcast_index(r, opts.factor(d), o, out_shape[d]) for o in range(opts.factor(d))] for d, r in enumerate(loops)]
+  for idxs in itertools.product(*axis_idxs):
     value = ev.eval(root, idxs, UOp.const(dtypes.bool, True))
     # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same
     # value is then stored once per aliasing index)
@@ -259,7 +275,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
   if ast is None: ast, ev = _kernel_ast(item, opts)
   if item.row_reduces: ast = _cache_row_values(ast)
   # polynomial exp/erf vectorize on the CPU; a GPU-style device has its own math functions (and rounds to bf16 itself)
-  if device_kind == "cpu": ast = graph_rewrite(ast, transcendental)
+  if device_kind == "cpu" and any(u.op in (Ops.MATH, Ops.CAST) for u in ast.toposort()): ast = graph_rewrite(ast, transcendental)
   if item.size_vars is not None: ast = _divided_variables(ast, item, opts)
   size_vars = [n for n in ast.toposort() if n.op is Ops.DEFINE_VAR]
   if size_vars:
