@@ -275,7 +275,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
   if ast is None: ast, ev = _kernel_ast(item, opts)
   if item.row_reduces: ast = _cache_row_values(ast)
   # polynomial exp/erf vectorize on the CPU; a GPU-style device has its own math functions (and rounds to bf16 itself)
-  if device_kind == "cpu" and any(u.op in (Ops.MATH, Ops.CAST) for u in ast.toposort()): ast = graph_rewrite(ast, transcendental)
+  if device_kind == "cpu" and transcendental.may_rewrite(ast.toposort()): ast = graph_rewrite(ast, transcendental)
   if item.size_vars is not None: ast = _divided_variables(ast, item, opts)
   size_vars = [n for n in ast.toposort() if n.op is Ops.DEFINE_VAR]
   if size_vars:

@@ -66,20 +66,19 @@ def exp_f32(x: UOp, base2: bool = False) -> UOp:
   underflows = _lt(x, lo)
   # where the result is 0 anyway, compute at x = 0: the scaling below would otherwise make subnormal intermediates,
   # which Intel CPUs handle in microcode at a hundred cycles or more each (a masked softmax's exp(-inf))
-  x_in = x
-  x = underflows.where(_f(0.0), x)
-  t = x if base2 else x * _f(_INV_LN2)
+  xs = underflows.where(_f(0.0), x)
+  t = xs if base2 else xs * _f(_INV_LN2)
   qf = t.math("round")
-  if base2: r = (x - qf) * _f(math.log(2))
-  else: r = (x - qf * _f(_LN2_HI)) - qf * _f(_LN2_LO)
+  if base2: r = (xs - qf) * _f(math.log(2))
+  else: r = (xs - qf * _f(_LN2_HI)) - qf * _f(_LN2_LO)
   p = (r * r) * _poly(_EXP_POLY, r) + r + _f(1.0)
   # scale by 2**q in two steps so results down to the smallest denormal stay exact
   q = qf.maximum(_f(-160.0)).minimum(_f(160.0)).cast(I32)
   q1 = q.alu(Ops.SHR, _i(1))
   out = p * _pow2i(q1) * _pow2i(q - q1)
-  out = _lt(x_in, hi).where(out, _f(INF))
+  out = _lt(x, hi).where(out, _f(INF))
   out = underflows.where(_f(0.0), out)
-  return _isnan(x_in).where(x_in, out)  # NaN in, NaN out
+  return _isnan(x).where(x, out)  # NaN in, NaN out
 
 
 # expm1(r) on [-ln2/2, ln2/2]: r + r^2 * (1/2 + r * P(r))

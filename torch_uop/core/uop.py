@@ -278,6 +278,10 @@ class PatternMatcher:
 
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
 
+  def may_rewrite(self, nodes) -> bool:
+    """Whether some rule's root op is the op of one of `nodes` (a graph with none is left as it is by graph_rewrite)."""
+    return bool(self.any_op) or any(u.op in self.by_op for u in nodes)
+
   def rewrite(self, u: UOp, ctx=None) -> UOp | None:
     for pat, fn in self.by_op.get(u.op, []) + self.any_op:
       for binds in pat.match(u, {}):
