@@ -18,7 +18,7 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, DEFAULT_SIMD_LANES, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis
+from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext, known_equal
 
@@ -261,14 +261,14 @@ def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:
 
 
 def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, device_kind: str = "cpu",
-                 max_group: int = 0, parallelism: int = 0, simd_lanes: int = DEFAULT_SIMD_LANES) -> Kernel:
-  """`device_kind`: "cpu" (opts for the LLVM CPU path, a CPU whose vector registers hold `simd_lanes` float32) or
+                 max_group: int = 0, parallelism: int = 0, vectors: VectorUnit = AVX2) -> Kernel:
+  """`device_kind`: "cpu" (opts for the LLVM CPU path, a CPU with the vector registers `vectors`) or
   "gpu" (OpenCL and CUDA: core/opt.py gpu_opts, with groups of at most `max_group` work-items, for a device running
   `parallelism` work-items at once)."""
   ast = None
   if opts is None:
     plain, plain_ev = _kernel_ast(item, KernelOpts())
-    opts = heuristic_opts(item.root.shape, plain, simd_lanes) if device_kind == "cpu" else \
+    opts = heuristic_opts(item.root.shape, plain, vectors) if device_kind == "cpu" else \
       gpu_opts(item.root.shape, plain, max_group, parallelism)
     # without upcasts the kernel is the plain AST with its split loop relabeled: no second build
     if not opts.upcast and opts.vector_axis is None: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev

@@ -58,8 +58,33 @@ def has_row_reductions(reduces: list) -> bool:
 UPCAST_FACTOR = 4
 VECTOR_BLOCK_FACTOR = 8
 VECTOR_UPCAST = 16   # one AVX-512 register of float32 (two of AVX2): the lowering's unit of a whole vector
-DEFAULT_SIMD_LANES = 8  # float32 lanes of a vector register when the caller does not say (AVX2)
 MAX_UPCAST_AXES = 2
+
+
+@dataclass(frozen=True)
+class VectorUnit:
+  """What a CPU's vector registers hold, as far as register tiles care (runtime/cpu.py vector_unit): `lanes` float32
+  per register and how many `registers` there are. A tile's accumulators and the operands it keeps loaded must fit
+  in the registers: past that LLVM spills accumulators to the stack inside the reduce loop, and a GEMM runs at
+  half speed (16 accumulators on AVX2's 16 registers)."""
+  lanes: int = 8
+  registers: int = 16
+
+  def rows_beside(self, vectors: int) -> int:
+    """Rows of a tile `vectors` registers wide with SIMD along the row: rows x vectors accumulators, plus the row's
+    vectors of the shared operand and one broadcast of the other."""
+    return min(VECTOR_BLOCK_FACTOR, (self.registers - vectors - 1) // vectors)
+
+  def square_factor(self) -> int:
+    """The side f of an f x f tile with SIMD along the reduction: f*f vector accumulators, plus f vectors loaded
+    from each operand."""
+    f = UPCAST_FACTOR
+    while f > 2 and f * f + 2 * f > self.registers: f -= 1
+    return f
+
+
+AVX2 = VectorUnit(8, 16)     # the default where the caller does not say
+AVX512 = VectorUnit(16, 32)
 MIN_BLOCKED_REDUCE = 8
 MIN_SIMD_REDUCE = 8
 
@@ -120,8 +145,8 @@ def _depends_on(u: UOp, r: UOp, cache: dict) -> bool:
   return cache[key]
 
 
-def heuristic_opts(out_shape: tuple, plain_ast: UOp, simd_lanes: int = DEFAULT_SIMD_LANES) -> KernelOpts:
-  """`simd_lanes`: float32 lanes of one of the CPU's vector registers (runtime/cpu.py simd_lanes)."""
+def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2) -> KernelOpts:
+  """`vectors`: the CPU's vector registers (runtime/cpu.py vector_unit), which size the register tiles."""
   nodes = plain_ast.toposort()
   ranges = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"}
   all_ranges = [n for n in nodes if n.op is Ops.RANGE]
@@ -148,13 +173,13 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, simd_lanes: int = DEFAULT_S
     # SIMD along the reduction when every load it moves is contiguous there (e.g. x @ w.T); otherwise
     # along an output axis that the loads and the store walk contiguously (e.g. x @ w), by upcasting it
     # (a reduce loop shorter than a vector is not worth SIMD: a 3x3 convolution window)
-    # The SIMD axis takes two vector registers per row where it divides (8 rows x 2 vectors: 16 accumulators, two
-    # vector loads and 8 broadcasts per 16 FMAs), else one. A symbolic axis takes VECTOR_UPCAST whatever the CPU, so
+    # The SIMD axis takes two vector registers per row where it divides (with 32 registers, 8 rows x 2 vectors: 16
+    # accumulators, two vector loads and 8 broadcasts per 16 FMAs; with 16, 6 rows), else one. A symbolic axis takes VECTOR_UPCAST whatever the CPU, so
     # the guard on its divisibility, and the sizes one compile serves, stay the same everywhere.
     if not any(contiguous_along(r, loads) and _trip_count(r) >= MIN_SIMD_REDUCE for r in reduce_ranges):
       for axis in sorted(ranges, reverse=True):
         size, r = out_shape[axis], ranges[axis]
-        widths = (VECTOR_UPCAST,) if is_sym(size) else (2 * simd_lanes, simd_lanes)
+        widths = (VECTOR_UPCAST,) if is_sym(size) else (2 * vectors.lanes, vectors.lanes)
         width = next((w for w in widths if _divisible(size, w, used_vars)), None)
         if width is None: continue
         if contiguous_along(r, loads + stores) and any(not _depends_on(ld.src[1], r, cache) for ld in loads) \
@@ -165,14 +190,15 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, simd_lanes: int = DEFAULT_S
     # one along which a vector load does not move (rows of x @ w share each vector of w; blocking the other way
     # would share only x's broadcast scalar)
     vector_loads = [ld for ld in loads if _depends_on(ld.src[1], ranges[vector_axis], cache)] if vector_axis is not None else []
+    simd_registers = max(1, dict(upcast)[vector_axis] // vectors.lanes) if vector_axis is not None else 0
     for axis in sorted(ranges, reverse=True):
       if len(upcast) == MAX_UPCAST_AXES: break
       size, r = out_shape[axis], ranges[axis]
       # register blocking stays off symbolic axes: they are often batch sizes, which any guard on divisibility
       # would split into several compiles
       if is_sym(size): continue
-      # next to a SIMD axis, a taller tile (8 rows of one vector each) keeps more accumulators in registers
-      factor = _block_factor(size, VECTOR_BLOCK_FACTOR if vector_axis is not None else UPCAST_FACTOR)
+      # next to a SIMD axis, a taller tile (up to 8 rows) keeps more accumulators in registers
+      factor = _block_factor(size, vectors.rows_beside(simd_registers) if vector_axis is not None else vectors.square_factor())
       if axis == vector_axis or not factor: continue
       if vector_loads and all(_depends_on(ld.src[1], r, cache) for ld in vector_loads): continue
       # (what moves along the axis may be a load or an index compare, as in a one-hot sum)
@@ -276,5 +302,5 @@ def gpu_opts(out_shape: tuple, plain_ast: UOp, max_group: int = GROUP_SIZE, para
     return KernelOpts(group=group)
   # register blocking as on the CPU (a matmul's 4x4 tile of outputs per work-item shares 4+4 loads per step), with
   # no SIMD axis: a work-item's upcast is at most GPU_UPCAST along an axis
-  cpu = heuristic_opts(out_shape, plain_ast)
+  cpu = heuristic_opts(out_shape, plain_ast, AVX512)  # (a GPU's registers do not bound the tile the way a CPU's do)
   return KernelOpts(tuple((axis, min(f, GPU_UPCAST)) for axis, f in cpu.upcast))

@@ -298,8 +298,8 @@ def _beam_search(item, width: int, opt_level: int, name: str, target=None) -> Ke
     heuristic = gpu_opts(shape, plain, max_group, target.parallelism())
     step = lambda o: gpu_neighbours(o, shape, reduces, max_group)
   else:
-    from torch_uop.runtime.cpu import simd_lanes
-    heuristic = heuristic_opts(shape, plain, simd_lanes())
+    from torch_uop.runtime.cpu import vector_unit
+    heuristic = heuristic_opts(shape, plain, vector_unit())
     step = lambda o: neighbours(o, shape, reduces)
   bench = _Bench(item, opt_level, target)
   timed: dict[KernelOpts, float | None] = {heuristic: bench.run(heuristic)}

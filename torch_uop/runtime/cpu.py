@@ -19,12 +19,14 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import platform
 import subprocess
 import sys
 import sysconfig
 import threading
 import llvmlite.binding as llvm
 from torch_uop.runtime import cache
+from torch_uop.core.opt import VectorUnit
 from torch_uop import progress
 from torch_uop.runtime.llvm_worker import compile_module, read_message, write_message
 from torch_uop.runtime import llvm_worker
@@ -335,6 +337,15 @@ def simd_lanes() -> int:
   if "+avx512f" in features and "-prefer-256-bit" in features: return 16
   if "+avx" in features or "+avx2" in features: return 8
   return 4  # SSE, NEON
+
+
+@functools.cache
+def vector_unit() -> VectorUnit:
+  """The vector registers the kernels compile for: simd_lanes() float32 each; 32 of them with AVX-512 (at either
+  width) or on AArch64, 16 with AVX or SSE."""
+  features = target_id()[1].split(",")
+  many = "+avx512f" in features or platform.machine().lower() in ("aarch64", "arm64")
+  return VectorUnit(simd_lanes(), 32 if many else 16)
 
 
 @functools.cache

@@ -40,11 +40,11 @@ class Target:
     from torch_uop.core.opt import GROUP_SIZE
     return min(GROUP_SIZE, self.max_local_size())
 
-  def simd_lanes(self) -> int:
-    """float32 lanes of a CPU vector register (the register tiles of core/opt.py heuristic_opts); 1 elsewhere."""
-    if self.name != "cpu": return 1
-    from torch_uop.runtime.cpu import simd_lanes
-    return simd_lanes()
+  def vector_unit(self):
+    """The CPU's vector registers (core/opt.py VectorUnit: what sizes heuristic_opts' register tiles); None elsewhere."""
+    if self.name != "cpu": return None
+    from torch_uop.runtime.cpu import vector_unit
+    return vector_unit()
 
   def describe(self) -> str:
     """The device in words (what tuning results depend on)."""

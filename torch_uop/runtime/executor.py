@@ -207,7 +207,7 @@ class CompiledGraph:
       for i, item in enumerate(sched.items):
         if isinstance(item, KernelItem):
           kernels.append((item, build_kernel(item, f"{name}_k{i}", tuned.get(i), target.kind, max_group, parallelism,
-                                              target.simd_lanes())))
+                                              target.vector_unit())))
           done.update()
     if vars_slot is not None:
       sched.buffers[vars_slot] = BufferInfo(vars_slot, (len(self.var_position),), dtypes.int64, "input")
