@@ -43,7 +43,7 @@ def compile_graph(fn, *example_inputs, name: str = "graph", opt_level: int = 3, 
   gm = make_fx(functional, decomposition_table=decomposition_table(), tracing_mode="fake")(*example_inputs)
   on_cuda = next((t.device for t in example_inputs if isinstance(t, torch.Tensor) and t.is_cuda), None)
   target = Target(device or ("cuda" if on_cuda is not None else "cpu"), (on_cuda.index or 0) if on_cuda is not None else 0)
-  return CompiledGraph(lower_graph(gm, device=target.torch_device), debug=debug, opt_level=opt_level, name=name,
+  return CompiledGraph(lower_graph(gm, device=target.torch_device, vectors=target.vector_unit()), debug=debug, opt_level=opt_level, name=name,
                        target=target)
 
 

@@ -92,7 +92,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   try:
     if config.fallback_whole_graph: raise WholeGraphFallback("option fallback_whole_graph")
     target.check_available()
-    lowered = lower_graph(gm, device=target.torch_device)
+    lowered = lower_graph(gm, device=target.torch_device, vectors=target.vector_unit())
   except (WholeGraphFallback, RuntimeError) as e:  # RuntimeError: no CUDA compiler or driver for a CUDA graph
     if recorder is not None: recorder.graph(kind, gm, None)
     return _whole_graph_fallback(gm, str(e), config)
@@ -204,7 +204,7 @@ def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config,
   decided = sizes.torch_decisions()
   target = graph_target(gm, config)
   with SizeContext(sizes.values(args)) as ctx:
-    lowered = lower_graph(gm, sizes, device=target.torch_device)
+    lowered = lower_graph(gm, sizes, device=target.torch_device, vectors=target.vector_unit())
     st["compile_time_s"]["lowering"] += time.perf_counter() - t0
     name = f"{kind}{st['graphs_compiled']}_sym{st['symbolic_graphs']}"
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,

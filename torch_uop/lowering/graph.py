@@ -148,12 +148,13 @@ def _check_result(node: torch.fx.Node, out) -> None:
 
 
 def lower_graph(gm: torch.fx.GraphModule, sizes: SizeVars | None = None,
-                device: torch.device = torch.device("cpu")) -> LoweredGraph:
+                device: torch.device = torch.device("cpu"), vectors=None) -> LoweredGraph:
   """`sizes`: lower a graph with symbolic sizes as it is, its SymInts becoming core.sym.Syms (inside a
   core.sym.SizeContext, which records the guards the lowering's decisions need). `device`: where the graph's
-  tensors live (the CPU, or the CUDA device of a graph for the CUDA target); inputs elsewhere make it fall back."""
+  tensors live (the CPU, or the CUDA device of a graph for the CUDA target); inputs elsewhere make it fall back.
+  `vectors`: the vector registers of the CPU it compiles for (core/opt.py VectorUnit; None off the CPU)."""
   SizeVars.set_active(sizes)
-  set_graph_device(device)
+  set_graph_device(device, vectors)
   try: return _lower_graph(gm)
   except UnsupportedDType as e:  # an input, or a value a fallback op would have to hold, has no IR dtype (e.g. complex)
     raise WholeGraphFallback(str(e)) from e

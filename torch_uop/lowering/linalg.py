@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import torch
 from torch_uop.core.uop import Ops
-from torch_uop.lowering.registry import register, Unsupported
+from torch_uop.lowering.registry import register, Unsupported, graph_vector_unit
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.core.sym import is_sym
 from torch_uop.core.opt import VECTOR_UPCAST
@@ -60,6 +60,7 @@ def matmul(a: LT, b: LT) -> LT:
 PANEL = 2 * VECTOR_UPCAST   # columns of b per packed panel: a whole register tile's width (core/opt.py)
 PACK_MIN_BYTES = 4 << 20    # a b this big is swept from memory by each tile of rows unless it is packed
 PACK_MIN_ROWS = 64          # enough rows that each panel is reused by several tiles (the copy costs one pass over b)
+TRANSPOSED_PACK_MIN_ROWS = 256  # ... and for x @ W.T on a CPU with 16 vector registers (below)
 
 
 def _packs(a: LT, b: LT) -> bool:
@@ -68,10 +69,16 @@ def _packs(a: LT, b: LT) -> bool:
   cache's sets (a row of 3072 floats is 12 KiB: every row maps to the same few sets), so the strip is fetched again
   from memory for every tile of rows. Packed, each strip is K x PANEL contiguous floats and stays in L2. Laid out
   along K (x @ W.T), the panels trade SIMD along K, with a horizontal sum per output and a scalar epilogue, for the
-  same N-wide vector tiles (the copy then transposes)."""
+  same N-wide vector tiles (the copy then transposes). With 16 vector registers (AVX2) that trade is even: a 3x3
+  K-SIMD tile loads 6 vectors per 9 FMAs, a 6-row panel tile 8 per 12 (core/opt.py VectorUnit), so the transposing
+  copy (2 passes over b, about 4 * GFLOP/s / (M * GB/s) of the GEMM's time: 15% at 128 rows) pays only with many
+  rows (BERT at 128 tokens: 49.5 ms packed, 43.5 not, on a Zen 3)."""
   *batch, m, k = a.shape
   n = b.shape[-1]
   if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
+  vectors = graph_vector_unit()
+  if _contiguous_along_k(b) and vectors is not None and vectors.registers < 32 and m < TRANSPOSED_PACK_MIN_ROWS:
+    return False
   return k * n * b.dtype.itemsize >= PACK_MIN_BYTES
 
 

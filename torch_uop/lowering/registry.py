@@ -22,11 +22,18 @@ COMPLEX_LOWERINGS: dict = {}
 
 
 _graph_device = torch.device("cpu")  # the device of the graph being lowered (lowering/graph.py sets it)
+_graph_vectors = None                # the CPU's vector registers (core/opt.py VectorUnit), None off the CPU
 
 
-def set_graph_device(device: torch.device) -> None:
-  global _graph_device
-  _graph_device = torch.device(device)
+def set_graph_device(device: torch.device, vectors=None) -> None:
+  global _graph_device, _graph_vectors
+  _graph_device, _graph_vectors = torch.device(device), vectors
+
+
+def graph_vector_unit():
+  """The vector registers of the CPU the graph being lowered compiles for (core/opt.py VectorUnit), or None for a
+  GPU-style device: a lowering that lays data out for a register tile (linalg's packed panels) reads it."""
+  return _graph_vectors
 
 
 def on_graph_device(device) -> bool:
