@@ -339,3 +339,25 @@ def test_helpers_that_cannot_start_are_given_up(monkeypatch, tmp_path, own_worke
     g, workers = _transformer_graphs(monkeypatch, 1, tmp_path / str(_))
     assert _optimized_here(g) == g.n_kernels
   assert workers.n == 0 and workers.failures == cpu.CompileWorkers.MAX_FAILURES
+
+
+def test_bfloat16_narrowing_that_llvm_leaves_to_a_library_call():
+  """On a CPU without native bfloat16 (AVX2), LLVM narrows some bfloat16 values through __truncsfbf2, which older
+  libgcc lacks (runtime/cpu.py provides it, or the call jumps to address 0). It rounds as torch does: to nearest
+  even, NaN kept a NaN. exponential_ on bfloat16 made such a call in a launcher (OpInfo's sample crashed the process)."""
+  import ctypes
+  import struct
+  import llvmlite.binding as llvm
+  from torch_uop.runtime import cpu
+  cpu._init_llvm()
+  narrow = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_float)(llvm.address_of_symbol("__truncsfbf2"))  # bfloat in xmm0
+  torch.manual_seed(0)
+  values = torch.cat([torch.randn(2000) * 10.0 ** torch.randint(-40, 38, (2000,)).float(),
+                      torch.tensor([float("inf"), -float("inf"), 0.0, -0.0, 1e-45, 3.3961e38, 1.00390625, 1.01171875])])
+  got = [struct.unpack("<I", struct.pack("<f", narrow(v)))[0] & 0xFFFF for v in values.tolist()]
+  assert got == (values.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF).tolist()
+  assert struct.unpack("<I", struct.pack("<f", narrow(float("nan"))))[0] & 0x7FC0 == 0x7FC0
+  x = torch.randn(10).to(torch.bfloat16)
+  torch._dynamo.reset()
+  out = torch.compile(lambda x: x.exponential_(0.5), backend="uop")(x.clone())
+  assert out.dtype == torch.bfloat16 and out.shape == x.shape and bool((out >= 0).all()) and bool(out.isfinite().all())

@@ -83,8 +83,9 @@ class VectorUnit:
     return f
 
 
-AVX2 = VectorUnit(8, 16)     # the default where the caller does not say
-AVX512 = VectorUnit(16, 32)
+AVX2 = VectorUnit(8, 16)  # the default where the caller does not say
+
+
 MIN_BLOCKED_REDUCE = 8
 MIN_SIMD_REDUCE = 8
 
@@ -302,5 +303,5 @@ def gpu_opts(out_shape: tuple, plain_ast: UOp, max_group: int = GROUP_SIZE, para
     return KernelOpts(group=group)
   # register blocking as on the CPU (a matmul's 4x4 tile of outputs per work-item shares 4+4 loads per step), with
   # no SIMD axis: a work-item's upcast is at most GPU_UPCAST along an axis
-  cpu = heuristic_opts(out_shape, plain_ast, AVX512)  # (a GPU's registers do not bound the tile the way a CPU's do)
+  cpu = heuristic_opts(out_shape, plain_ast, VectorUnit(8, 32))  # (the tiles of an AVX2 CPU with registers to spare)
   return KernelOpts(tuple((axis, min(f, GPU_UPCAST)) for axis, f in cpu.upcast))

@@ -43,6 +43,41 @@ def _init_llvm():
   # launchers convert Python ints to addresses through this symbol: resolved when an object is loaded, so
   # objects stay independent of this process's addresses (and can be cached and made by helper processes)
   llvm.add_symbol("torch_uop_long_as_ptr", _LONG_AS_PTR)
+  _provide_support_functions()
+
+
+# Functions LLVM's code may call that the process need not have. On a CPU without native bfloat16 (AVX2), the x86
+# backend widens a bfloat16 select or store it cannot do in place to float and narrows the result back through
+# __truncsfbf2, which libgcc has only from GCC 13: unresolved, the object's calls jump to address 0. Round to nearest
+# even on the float's bits, NaN kept a quiet NaN with its sign (integer operations only: nothing here is widened).
+_SUPPORT_IR = {"__truncsfbf2": """
+define bfloat @__truncsfbf2(float %x) nounwind {
+entry:
+  %bits = bitcast float %x to i32
+  %upper = lshr i32 %bits, 16
+  %odd = and i32 %upper, 1
+  %bias = add i32 %odd, 32767
+  %rounded = add i32 %bits, %bias
+  %nearest = lshr i32 %rounded, 16
+  %nan = fcmp uno float %x, %x
+  %quiet = or i32 %upper, 64
+  %result = select i1 %nan, i32 %quiet, i32 %nearest
+  %half = trunc i32 %result to i16
+  %bf = bitcast i16 %half to bfloat
+  ret bfloat %bf
+}
+"""}
+_support_engines: list = []  # kept alive: their code is what the symbols point to
+
+
+def _provide_support_functions() -> None:
+  for name, ir in _SUPPORT_IR.items():
+    if llvm.address_of_symbol(name): continue  # the process has one (a newer libgcc)
+    # (the baseline CPU of the target: _target_machine would ask target_id, which needs this set up first)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    _support_engines.append(engine)
+    llvm.add_symbol(name, engine.get_function_address(name))
 
 
 def _target_machine():
