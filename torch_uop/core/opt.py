@@ -84,8 +84,6 @@ class VectorUnit:
 
 
 AVX2 = VectorUnit(8, 16)  # the default where the caller does not say
-
-
 MIN_BLOCKED_REDUCE = 8
 MIN_SIMD_REDUCE = 8
 
@@ -175,8 +173,9 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
     # along an output axis that the loads and the store walk contiguously (e.g. x @ w), by upcasting it
     # (a reduce loop shorter than a vector is not worth SIMD: a 3x3 convolution window)
     # The SIMD axis takes two vector registers per row where it divides (with 32 registers, 8 rows x 2 vectors: 16
-    # accumulators, two vector loads and 8 broadcasts per 16 FMAs; with 16, 6 rows), else one. A symbolic axis takes VECTOR_UPCAST whatever the CPU, so
-    # the guard on its divisibility, and the sizes one compile serves, stay the same everywhere.
+    # accumulators, two vector loads and 8 broadcasts per 16 FMAs; with 16, 6 rows), else one. A symbolic axis takes
+    # VECTOR_UPCAST whatever the CPU, so the guard on its divisibility, and the sizes one compile serves, stay the same
+    # everywhere.
     if not any(contiguous_along(r, loads) and _trip_count(r) >= MIN_SIMD_REDUCE for r in reduce_ranges):
       for axis in sorted(ranges, reverse=True):
         size, r = out_shape[axis], ranges[axis]
