@@ -73,14 +73,24 @@ def test_conv_non_finite_inputs():
                              equal_nan=True)
 
 
-@pytest.mark.parametrize("m,k,n", [(197, 64, 61), (5, 33, 7), (13, 128, 200)])
+@pytest.mark.parametrize("m,k,n", [(197, 64, 61), (5, 33, 7), (13, 128, 200), (128, 256, 96)])
 def test_matmul_partial_register_tiles(m, k, n):
-  """Register tiles that do not divide M or N (a prime 197 rows, as in ViT): the last tile is partial."""
+  """Register tiles that do not divide M or N (a prime 197 rows, as in ViT; 128 rows in 3-row tiles where the CPU
+  has 16 vector registers): the last tile is partial."""
   torch.manual_seed(0)
   a, b, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
   for fn in (lambda a, b, bias: F.linear(a, b, bias), lambda a, b, bias: torch.addmm(bias, a, b.T.contiguous())):
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(fn, backend="uop")(a, b, bias), fn(a, b, bias), rtol=1e-4, atol=1e-4)
+
+
+def test_register_tile_factor_prefers_a_small_partial_tail_to_a_smaller_tile():
+  from torch_uop.core.opt import _block_factor
+  assert _block_factor(128, 3) == 3 and _block_factor(128, 6) == 6  # 1% and 3% computed past the end
+  assert _block_factor(768, 3) == 3 and _block_factor(96, 8) == 8   # the factor divides
+  assert _block_factor(20, 6) == 5      # 6-row tiles would compute 24 rows: the divisor 5 instead
+  assert _block_factor(9, 8) == 0       # neither a divisor down to 4 nor a tail within 15%
+  assert _block_factor(5, 6) == 0       # shorter than one tile
 
 
 @pytest.mark.parametrize("m,k,n,columns_outer", [(16, 256, 1536, True), (1536, 256, 16, False), (64, 64, 64, False)])
