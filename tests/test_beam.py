@@ -59,9 +59,9 @@ def test_beam_matches_eager(quick_search, fn, b_shape):
 
 
 def test_wrong_candidate_is_rejected(quick_search, monkeypatch):
-  # an upcast by 3 of 64 rows, built here without its partial last tile, skips the last row: its output differs
-  # from the heuristic's and must lose, however fast it runs
-  bad = KernelOpts(((0, 3),), 0, None)
+  # an upcast by 7 of 60 rows, built here without its partial last tile, skips the last 4 rows: its output differs
+  # from the heuristic's (whose tiles, 3 or 4 rows, divide 60) and must lose, however fast it runs
+  bad = KernelOpts(((0, 7),), 0, None)
   monkeypatch.setattr(search, "neighbours", lambda opts, shape, reduces: [bad])
   monkeypatch.setattr(codegen, "upcast_trips", lambda size, factor: size // factor)
   timings = []
@@ -72,7 +72,7 @@ def test_wrong_candidate_is_rejected(quick_search, monkeypatch):
     timings.append((opts, t))
     return 1e-9 if opts == bad and t is not None else t  # were it accepted, it would win
   monkeypatch.setattr(search._Bench, "run", run)
-  a, b = torch.randn(64, 64), torch.randn(64, 64)
+  a, b = torch.randn(60, 64), torch.randn(64, 60)
   torch.testing.assert_close(torch.compile(lambda a, b: a @ b, backend="uop", options={"beam": 2})(a, b), a @ b)
   assert (bad, None) in timings
   assert torch_uop.metrics()["kernels_searched"] == 1
