@@ -61,6 +61,7 @@ PANEL = 2 * VECTOR_UPCAST   # columns of b per packed panel: a whole register ti
 PACK_MIN_BYTES = 4 << 20    # a b this big is swept from memory by each tile of rows unless it is packed
 PACK_MIN_ROWS = 64          # enough rows that each panel is reused by several tiles (the copy costs one pass over b)
 TRANSPOSED_PACK_MIN_ROWS = 256  # ... and for x @ W.T on a CPU with 16 vector registers (below)
+TRANSPOSED_PACK_MIN_BYTES = 1 << 20  # ... where a W past L2 is packed too
 
 
 def _packs(a: LT, b: LT) -> bool:
@@ -72,13 +73,16 @@ def _packs(a: LT, b: LT) -> bool:
   same N-wide vector tiles (the copy then transposes). With 16 vector registers (AVX2) that trade is even: a 3x3
   K-SIMD tile loads 6 vectors per 9 FMAs, a 6-row panel tile 8 per 12 (core/opt.py VectorUnit), so the transposing
   copy (2 passes over b, about 4 * GFLOP/s / (M * GB/s) of the GEMM's time: 15% at 128 rows) pays only with many
-  rows (BERT at 128 tokens: 49.5 ms packed, 43.5 not, on a Zen 3)."""
+  rows (BERT at 128 tokens: 49.5 ms packed, 43.5 not, on a Zen 3). From those rows a W bigger than L2 is packed,
+  not only a 4 MiB one: x (256 x 768 floats and more) no longer fits L2 beside it, and a 3x3 K-SIMD tile sweeps x
+  from L3 once per 3 columns of W where a panel tile sweeps it once per PANEL (BERT at 512 tokens, whose 768 x 768
+  projections are 2.25 MiB: 115 -> 108 ms)."""
   *batch, m, k = a.shape
   n = b.shape[-1]
   if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
   vectors = graph_vector_unit()
-  if _contiguous_along_k(b) and vectors is not None and vectors.registers < 32 and m < TRANSPOSED_PACK_MIN_ROWS:
-    return False
+  if _contiguous_along_k(b) and vectors is not None and vectors.registers < 32:
+    return m >= TRANSPOSED_PACK_MIN_ROWS and k * n * b.dtype.itemsize >= TRANSPOSED_PACK_MIN_BYTES
   return k * n * b.dtype.itemsize >= PACK_MIN_BYTES
 
 
