@@ -14,7 +14,7 @@ from torch_uop.core.uop import Ops
 from torch_uop.lowering.registry import register, Unsupported, graph_vector_unit
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.core.sym import is_sym
-from torch_uop.core.opt import VECTOR_UPCAST
+from torch_uop.core.opt import VECTOR_UPCAST, SWEEP_CACHE_BYTES
 
 aten = torch.ops.aten
 
@@ -61,7 +61,7 @@ PANEL = 2 * VECTOR_UPCAST   # columns of b per packed panel: a whole register ti
 PACK_MIN_BYTES = 4 << 20    # a b this big is swept from memory by each tile of rows unless it is packed
 PACK_MIN_ROWS = 64          # enough rows that each panel is reused by several tiles (the copy costs one pass over b)
 TRANSPOSED_PACK_MIN_ROWS = 256  # ... and for x @ W.T on a CPU with 16 vector registers (below)
-TRANSPOSED_PACK_MIN_BYTES = 1 << 20  # ... where a W past L2 is packed too
+TRANSPOSED_PACK_MIN_BYTES = SWEEP_CACHE_BYTES  # ... where a W past L2 (the size core/opt.py assumes) is packed too
 
 
 def _packs(a: LT, b: LT) -> bool:
