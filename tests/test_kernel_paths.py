@@ -1,5 +1,5 @@
 """The fast kernel paths against eager: convolution over padded rows (stride 1, strided through space to depth,
-dilated, grouped, depthwise), its weight gradient as a GEMM over im2col rows, register tiles that do not divide
+dilated, grouped, depthwise), its weight gradient over padded rows or as a GEMM over im2col rows, register tiles that do not divide
 their axis, the loop order of a GEMM with a big weight, a GEMM over packed weight panels, a graph output that is a reshape of a computed buffer, an expensive expression shared by kernels, and the
 loop order of a transposing copy."""
 import pytest
@@ -23,6 +23,11 @@ CONV_CASES = [
   (2, 16, 12, 16, 3, 1, 1, 1, 16),  # depthwise
   (1, 12, 11, 12, 5, 2, 2, 1, 12),  # depthwise, strided
   (2, 64, 10, 64, 3, 1, 1, 1, 1),   # a ResNet-style block
+  # weight gradients over padded rows (linalg.WGRAD_ROWS_MIN_PIXELS positions or more), no im2col copy:
+  (2, 16, 20, 16, 3, 1, 1, 1, 1),   # over two images, rows not a whole number of vectors
+  (1, 32, 24, 32, 3, 1, 2, 2, 2),   # dilated, grouped
+  (1, 32, 24, 16, 1, 1, 0, 1, 1),   # 1x1: no padding, x and g read as they are
+  (1, 16, 27, 8, 5, 1, 0, 1, 1),    # 5x5, no padding
 ]
 
 
@@ -60,6 +65,33 @@ def test_conv_rows_path_is_taken(monkeypatch):
     compiled = torch.compile(conv, backend="uop", options=FRESH)   # lowered here, not served from the graph cache
     torch.testing.assert_close(compiled(x, w, b), conv(x, w, b), rtol=1e-4, atol=1e-4)
   assert len(calls) == 3
+
+
+def test_conv_weight_gradient_over_rows_is_taken(monkeypatch):
+  """The weight gradients of the stride-1 cases with enough row positions reduce over padded rows, the smaller ones
+  over im2col rows; the rows kernel's register tile shares loads across output channels (core/opt.py
+  _fewest_loads_tile), not only across the kernel's taps."""
+  taken = []
+  real = linalg._weight_grad_over_rows
+  def spy(*a):
+    out = real(*a)
+    if out is not None: taken.append(a[0].shape)
+    return out
+  monkeypatch.setattr(linalg, "_weight_grad_over_rows", spy)
+  for case in (CONV_CASES[-4], CONV_CASES[-3], CONV_CASES[-1], CONV_CASES[10]):
+    x, w, b, conv = _conv(case)
+    torch._dynamo.reset()
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    with torch_uop.debug.capture() as graphs:
+      got = torch.autograd.grad(torch.compile(conv, backend="uop", options=FRESH)(*leaves).sum(), leaves[1])
+    torch.testing.assert_close(got[0], torch.autograd.grad(conv(*leaves).sum(), leaves[1])[0], rtol=1e-4, atol=1e-3)
+    over_rows = case != CONV_CASES[10]
+    assert (x.shape in taken) == over_rows
+    if over_rows:   # its kernel's output is [1 (batch, reduced), G, O/G, C/G, kh, kw, 1 (rows, reduced)]
+      k = case[4]
+      wgrad = next(kern for g in graphs for kern, (kind, step) in zip(g.kernels, [s for s in g.plan.steps if s[0] == "kernel"])
+                   if tuple(step.shape)[-3:] == (k, k, 1) and kern.opts.upcast)
+      assert 2 in dict(wgrad.opts.upcast), wgrad.opts
 
 
 def test_conv_non_finite_inputs():

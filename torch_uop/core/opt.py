@@ -195,8 +195,8 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
     # would share only x's broadcast scalar)
     vector_loads = [ld for ld in loads if _depends_on(ld.src[1], ranges[vector_axis], cache)] if vector_axis is not None else []
     simd_registers = max(1, dict(upcast)[vector_axis] // vectors.lanes) if vector_axis is not None else 0
+    blockable = []
     for axis in sorted(ranges, reverse=True):
-      if len(upcast) == MAX_UPCAST_AXES: break
       size, r = out_shape[axis], ranges[axis]
       # register blocking stays off symbolic axes: they are often batch sizes, which any guard on divisibility
       # would split into several compiles
@@ -206,9 +206,9 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
       if axis == vector_axis or not factor: continue
       if vector_loads and all(_depends_on(ld.src[1], r, cache) for ld in vector_loads): continue
       # (what moves along the axis may be a load or an index compare, as in a one-hot sum)
-      if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and _depends_on(reduces[0], r, cache) \
-         and _guard_divisible(size, factor, used_vars):
-        upcast.append((axis, factor))
+      if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and _depends_on(reduces[0], r, cache):
+        blockable.append((axis, factor))
+    upcast += _fewest_loads_tile(blockable, MAX_UPCAST_AXES - len(upcast), loads, ranges, cache)
   factors = dict(upcast)
   # (a symbolic size is at least 2 when its variable's range says so; otherwise the split is a guarded decision)
   looped = [a for a in range(len(out_shape)) if out_shape[a] // factors.get(a, 1) >= 2]
@@ -216,6 +216,26 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
   if order: looped = [a for a in order if a in looped]
   split = _outermost_axis(looped, ranges, nodes, reduces) if reduces and len(looped) >= 2 else next(iter(looped), None)
   return KernelOpts(tuple(sorted(upcast)), split, vector_axis, loop_order=order)
+
+
+def _fewest_loads_tile(blockable: list, axes: int, loads: list, ranges: dict, cache: dict) -> list:
+  """Up to `axes` of the blockable (axis, factor) pairs (innermost first) as a register tile: the set whose tile
+  loads the fewest values per accumulator in each reduce step (a load whose address moves along a tiled axis is
+  loaded once per position of it), the innermost on a tie. A convolution's weight gradient over rows reduces
+  x[c, q + ky*W + kx] * g[o, q]: a tile over (ky, kx) loads 9 + 1 values for 9 accumulators, one over (o, kx) 3 + 3."""
+  import itertools
+  def loads_per_accumulator(tile) -> float:
+    total = 0
+    for ld in loads:
+      n = 1
+      for axis, f in tile:
+        if _depends_on(ld.src[1], ranges[axis], cache): n *= f
+      total += n
+    accumulators = 1
+    for _, f in tile: accumulators *= f
+    return total / accumulators
+  tiles = [list(t) for t in itertools.combinations(blockable, min(axes, len(blockable)))]
+  return min(tiles, key=loads_per_accumulator) if tiles else []
 
 
 MIN_STORE_RUN_BYTES = 64  # a kernel's innermost loop stores at least a cache line in a row before its loops may reorder

@@ -172,6 +172,7 @@ def _patch_conv(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tuple, gr
 ROW_CONV_MIN_CHANNELS = 8  # input channels per group below which a convolution stays a direct window reduction
 WGRAD_GEMM_MIN_ROWS = 8    # a weight gradient is a GEMM over im2col rows from this many output channels per group ...
 WGRAD_GEMM_MIN_TAPS = 32   # ... and this many taps (input channels per group x kernel size)
+WGRAD_ROWS_MIN_PIXELS = 512  # ... and it reduces over padded rows, with no im2col copy, from this many row positions
 ROW_VECTOR = 16  # the vector width the row-major convolution rounds its flattened output up to
 
 
@@ -294,6 +295,9 @@ def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, gr
   out_sp = tuple(g.shape[2:])
   win = _windows(xp, groups, tuple(kernel), stride, dilation, out_sp)               # [N, G, Cg, *out, *k]
   pixels, taps = math.prod(out_sp), cg * math.prod(kernel)
+  if og >= WGRAD_GEMM_MIN_ROWS and taps >= WGRAD_GEMM_MIN_TAPS:
+    over_rows = _weight_grad_over_rows(x, g, kernel, stride, padding, dilation, groups)
+    if over_rows is not None: return over_rows
   if og >= WGRAD_GEMM_MIN_ROWS and taps >= WGRAD_GEMM_MIN_TAPS and not any(map(is_sym, x.shape)):
     order = (0, 1, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
     cols = win.permute(order).reshape((n, groups, 1, pixels, taps))                  # [N, G, 1, P, Cg*k]
@@ -308,6 +312,33 @@ def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, gr
   full = (n, groups, og, cg, *out_sp, *kernel)
   axes = (0, *range(4, 4 + nd))
   return (win.expand(full) * gv.expand(full)).sum(axes, keepdim=False).reshape((o, cg, *kernel))
+
+
+def _weight_grad_over_rows(x: LT, g: LT, kernel: tuple, stride, padding, dilation, groups: int) -> LT | None:
+  """The weight gradient of a stride-1 2-D convolution over padded rows, with no im2col copy: output position
+  q = y * Wp + x (Wp the padded input width) reads the padded input at q + ky*dh*Wp + kx*dw, so with g written
+  out in the same row layout (zeros in the Wp - OW columns past each row's end), dw[o, c, ky, kx] is
+  sum over q of g[o, q] * x[c, q + ky*dh*Wp + kx*dw]: a reduction along which both operands are contiguous.
+  None where this does not apply (not 2-D, strided, symbolic sizes)."""
+  if x.ndim != 4 or tuple(stride) != (1, 1) or any(map(is_sym, x.shape)) or any(map(is_sym, g.shape)): return None
+  n, c, h, wd = x.shape
+  o, (gh, gw) = g.shape[1], g.shape[2:]
+  kh, kw = kernel
+  (ph, pw), (dh, dw) = padding, dilation
+  hp, wp = h + 2 * ph, wd + 2 * pw
+  if n * gh * wp < WGRAD_ROWS_MIN_PIXELS: return None
+  q = -(-gh * wp // ROW_VECTOR) * ROW_VECTOR
+  reach = (kh - 1) * dh * wp + (kw - 1) * dw
+  rows = max(hp, -(-(q + reach) // wp))
+  xp, gp = x, g.reshape((n, o, gh * gw))
+  if (ph, pw, rows) != (0, 0, hp): xp = x.pad([(0, 0), (0, 0), (ph, ph + rows - hp), (pw, pw)]).contiguous()
+  if (wp, q) != (gw, gh * gw):  # g in the same row layout, zeros past each row's end and below the last row
+    gp = g.pad([(0, 0), (0, 0), (0, 0), (0, wp - gw)]).reshape((n, o, gh * wp)).pad([(0, 0), (0, 0), (0, q - gh * wp)]).contiguous()
+  cg, og, plane = c // groups, o // groups, rows * wp
+  win = xp.as_strided((n, groups, 1, cg, kh, kw, q), (c * plane, cg * plane, 0, plane, dh * wp, dw, 1))
+  gv = gp.reshape((n, groups, og, 1, 1, 1, q))
+  full = (n, groups, og, cg, kh, kw, q)
+  return (win.expand(full) * gv.expand(full)).sum((0, 6), keepdim=False).reshape((o, cg, kh, kw))
 
 
 def _strided_input_grad(g: LT, w: LT, size: tuple, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> LT | None:
