@@ -28,6 +28,8 @@ CONV_CASES = [
   (1, 32, 24, 32, 3, 1, 2, 2, 2),   # dilated, grouped
   (1, 32, 24, 16, 1, 1, 0, 1, 1),   # 1x1: no padding, x and g read as they are
   (1, 16, 27, 8, 5, 1, 0, 1, 1),    # 5x5, no padding
+  (1, 3, 64, 16, 7, 2, 3, 1, 1),    # a 7x7 stride-2 stem: over its 4 phases (4x4 taps each)
+  (1, 32, 56, 8, 1, 2, 0, 1, 1),    # 1x1 stride 2: over every other pixel
 ]
 
 
@@ -78,7 +80,7 @@ def test_conv_weight_gradient_over_rows_is_taken(monkeypatch):
     if out is not None: taken.append(a[0].shape)
     return out
   monkeypatch.setattr(linalg, "_weight_grad_over_rows", spy)
-  for case in (CONV_CASES[-4], CONV_CASES[-3], CONV_CASES[-1], CONV_CASES[10]):
+  for case in (CONV_CASES[-6], CONV_CASES[-5], CONV_CASES[-3], CONV_CASES[-2], CONV_CASES[-1], CONV_CASES[10]):
     x, w, b, conv = _conv(case)
     torch._dynamo.reset()
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
@@ -88,7 +90,7 @@ def test_conv_weight_gradient_over_rows_is_taken(monkeypatch):
     over_rows = case != CONV_CASES[10]
     assert (x.shape in taken) == over_rows
     if over_rows:   # its kernel's output is [1 (batch, reduced), G, O/G, C/G, kh, kw, 1 (rows, reduced)]
-      k = case[4]
+      k = -(-case[4] // case[5])  # (a strided one's phase kernel)
       wgrad = next(kern for g in graphs for kern, (kind, step) in zip(g.kernels, [s for s in g.plan.steps if s[0] == "kernel"])
                    if tuple(step.shape)[-3:] == (k, k, 1) and kern.opts.upcast)
       assert 2 in dict(wgrad.opts.upcast), wgrad.opts

@@ -173,6 +173,7 @@ ROW_CONV_MIN_CHANNELS = 8  # input channels per group below which a convolution 
 WGRAD_GEMM_MIN_ROWS = 8    # a weight gradient is a GEMM over im2col rows from this many output channels per group ...
 WGRAD_GEMM_MIN_TAPS = 32   # ... and this many taps (input channels per group x kernel size)
 WGRAD_ROWS_MIN_PIXELS = 512  # ... and it reduces over padded rows, with no im2col copy, from this many row positions
+WGRAD_PHASE_MAX_WASTE = 1.5  # ... strided, from its s*s phases where their kernels (ceil(k/s)^2 each) add at most this
 ROW_VECTOR = 16  # the vector width the row-major convolution rounds its flattened output up to
 
 
@@ -188,17 +189,9 @@ def _conv2d_over_rows(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tup
   out_w = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
   if stride != (1, 1):
     if dilation != (1, 1): return None
-    (sh, sw), (ph, pw) = stride, padding
-    x = x.pad([(0, 0), (0, 0), (ph, ph), (pw, pw)])
-    if (kh, kw) == (1, 1): x = x.slice(2, 0, x.shape[2], sh).slice(3, 0, x.shape[3], sw)
-    else:
-      ah, aw = -(-kh // sh), -(-kw // sw)                       # the kernel's extent in each phase plane
-      hq, wq = max(-(-x.shape[2] // sh), out_h + ah - 1), max(-(-x.shape[3] // sw), out_w + aw - 1)
-      # padded into a buffer of its own, so the phase view is one strided window (a split of a padded view's dims
-      # would index it with divisions)
-      x = x.pad([(0, 0), (0, 0), (0, hq * sh - x.shape[2]), (0, wq * sw - x.shape[3])]).contiguous()
-      plane, pitch = hq * sh * wq * sw, wq * sw
-      x = x.as_strided((n, c, sh, sw, hq, wq), (c * plane, plane, pitch, 1, sh * pitch, sw)).reshape((n, c * sh * sw, hq, wq))
+    x, (ah, aw) = _space_to_depth(x, (kh, kw), stride, padding, (out_h, out_w))
+    if (ah, aw) != (kh, kw):
+      (sh, sw) = stride
       w = w.pad([(0, 0), (0, 0), (0, ah * sh - kh), (0, aw * sw - kw)]).reshape((o, cg, ah, sh, aw, sw))
       w = w.permute((0, 1, 3, 5, 2, 4)).reshape((o, cg * sh * sw, ah, aw)).contiguous()
     padding = (0, 0)
@@ -207,6 +200,24 @@ def _conv2d_over_rows(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tup
   out = _row_major_conv(x, w, padding, dilation, groups)
   if out is None or out.shape[2] < out_h or out.shape[3] < out_w: return None
   return out.shrink([(0, n), (0, o), (0, out_h), (0, out_w)])
+
+
+def _space_to_depth(x: LT, kernel: tuple, stride: tuple, padding: tuple, out_sp: tuple) -> tuple:
+  """A strided 2-D convolution's input as that of a stride-1 one with no padding, and the kernel size that one has.
+  A 1x1 kernel reads every s-th pixel; a larger one reads the input split into its s*s phases: channel
+  (c, py, px) is padded pixel (s*i + py, s*j + px) of channel c, and tap (ky, kx) = (s*a + py, s*b + px) of the
+  kernel is tap (a, b) of phase channel (c, py, px) in a ceil(k/s)-sized one."""
+  n, c = x.shape[:2]
+  (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+  x = x.pad([(0, 0), (0, 0), (ph, ph), (pw, pw)])
+  if (kh, kw) == (1, 1): return x.slice(2, 0, x.shape[2], sh).slice(3, 0, x.shape[3], sw), (1, 1)
+  ah, aw = -(-kh // sh), -(-kw // sw)                       # the kernel's extent in each phase plane
+  hq, wq = max(-(-x.shape[2] // sh), out_sp[0] + ah - 1), max(-(-x.shape[3] // sw), out_sp[1] + aw - 1)
+  # padded into a buffer of its own, so the phase view is one strided window (a split of a padded view's dims
+  # would index it with divisions)
+  x = x.pad([(0, 0), (0, 0), (0, hq * sh - x.shape[2]), (0, wq * sw - x.shape[3])]).contiguous()
+  plane, pitch = hq * sh * wq * sw, wq * sw
+  return x.as_strided((n, c, sh, sw, hq, wq), (c * plane, plane, pitch, 1, sh * pitch, sw)).reshape((n, c * sh * sw, hq, wq)), (ah, aw)
 
 
 def _row_major_conv(x: LT, w: LT, padding, dilation, groups: int) -> LT | None:
@@ -319,8 +330,21 @@ def _weight_grad_over_rows(x: LT, g: LT, kernel: tuple, stride, padding, dilatio
   q = y * Wp + x (Wp the padded input width) reads the padded input at q + ky*dh*Wp + kx*dw, so with g written
   out in the same row layout (zeros in the Wp - OW columns past each row's end), dw[o, c, ky, kx] is
   sum over q of g[o, q] * x[c, q + ky*dh*Wp + kx*dw]: a reduction along which both operands are contiguous.
-  None where this does not apply (not 2-D, strided, symbolic sizes)."""
-  if x.ndim != 4 or tuple(stride) != (1, 1) or any(map(is_sym, x.shape)) or any(map(is_sym, g.shape)): return None
+  A strided one is that of the stride-1 convolution over the input split by _space_to_depth, its phase taps put
+  back in place. None where this does not apply (not 2-D, strided and dilated, symbolic sizes, fewer than
+  WGRAD_ROWS_MIN_PIXELS row positions, phases that multiply the taps by more than WGRAD_PHASE_MAX_WASTE: 3x3 at
+  stride 2 would compute 16 for 9)."""
+  if x.ndim != 4 or any(map(is_sym, x.shape)) or any(map(is_sym, g.shape)): return None
+  if tuple(stride) != (1, 1):
+    (kh, kw), (sh, sw) = kernel, stride
+    phase_taps = 1 if (kh, kw) == (1, 1) else -(-kh // sh) * sh * -(-kw // sw) * sw   # (a 1x1 one reads one phase)
+    if tuple(dilation) != (1, 1) or phase_taps > WGRAD_PHASE_MAX_WASTE * kh * kw: return None
+    xq, (ah, aw) = _space_to_depth(x, kernel, stride, padding, g.shape[2:])
+    dwq = _weight_grad_over_rows(xq.contiguous(), g, (ah, aw), (1, 1), (0, 0), (1, 1), groups)
+    if dwq is None or (ah, aw) == (1, 1): return dwq
+    o, cgq = dwq.shape[:2]                     # [O, Cg*sh*sw, ah, aw] -> [O, Cg, ah*sh, aw*sw], cut to the kernel
+    dw = dwq.reshape((o, cgq // (sh * sw), sh, sw, ah, aw)).permute((0, 1, 4, 2, 5, 3)).reshape((o, cgq // (sh * sw), ah * sh, aw * sw))
+    return dw.shrink([(0, o), (0, cgq // (sh * sw)), (0, kh), (0, kw)])
   n, c, h, wd = x.shape
   o, (gh, gw) = g.shape[1], g.shape[2:]
   kh, kw = kernel
@@ -332,8 +356,9 @@ def _weight_grad_over_rows(x: LT, g: LT, kernel: tuple, stride, padding, dilatio
   rows = max(hp, -(-(q + reach) // wp))
   xp, gp = x, g.reshape((n, o, gh * gw))
   if (ph, pw, rows) != (0, 0, hp): xp = x.pad([(0, 0), (0, 0), (ph, ph + rows - hp), (pw, pw)]).contiguous()
-  if (wp, q) != (gw, gh * gw):  # g in the same row layout, zeros past each row's end and below the last row
-    gp = g.pad([(0, 0), (0, 0), (0, 0), (0, wp - gw)]).reshape((n, o, gh * wp)).pad([(0, 0), (0, 0), (0, q - gh * wp)]).contiguous()
+  if (wp, q) != (gw, gh * gw):  # g in the same row layout, zeros past each row's end and in rows below the last
+    gr = -(-q // wp)
+    gp = g.pad([(0, 0), (0, 0), (0, gr - gh), (0, wp - gw)]).contiguous().reshape((n, o, gr * wp)).shrink(((0, n), (0, o), (0, q)))
   cg, og, plane = c // groups, o // groups, rows * wp
   win = xp.as_strided((n, groups, 1, cg, kh, kw, q), (c * plane, cg * plane, 0, plane, dh * wp, dw, 1))
   gv = gp.reshape((n, groups, og, 1, 1, 1, q))
