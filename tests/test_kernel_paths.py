@@ -30,6 +30,7 @@ CONV_CASES = [
   (1, 16, 27, 8, 5, 1, 0, 1, 1),    # 5x5, no padding
   (1, 3, 64, 16, 7, 2, 3, 1, 1),    # a 7x7 stride-2 stem: over its 4 phases (4x4 taps each)
   (1, 32, 56, 8, 1, 2, 0, 1, 1),    # 1x1 stride 2: over every other pixel
+  (1, 3, 96, 16, 4, 4, 0, 1, 1),    # ConvNeXt's 4x4 stride-4 stem: 16 phases of one tap each
 ]
 
 
@@ -80,7 +81,7 @@ def test_conv_weight_gradient_over_rows_is_taken(monkeypatch):
     if out is not None: taken.append(a[0].shape)
     return out
   monkeypatch.setattr(linalg, "_weight_grad_over_rows", spy)
-  for case in (CONV_CASES[-6], CONV_CASES[-5], CONV_CASES[-3], CONV_CASES[-2], CONV_CASES[-1], CONV_CASES[10]):
+  for case in (CONV_CASES[-7], CONV_CASES[-6], CONV_CASES[-4], CONV_CASES[-3], CONV_CASES[-2], CONV_CASES[-1], CONV_CASES[10]):
     x, w, b, conv = _conv(case)
     torch._dynamo.reset()
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]

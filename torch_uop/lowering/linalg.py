@@ -341,7 +341,7 @@ def _weight_grad_over_rows(x: LT, g: LT, kernel: tuple, stride, padding, dilatio
     if tuple(dilation) != (1, 1) or phase_taps > WGRAD_PHASE_MAX_WASTE * kh * kw: return None
     xq, (ah, aw) = _space_to_depth(x, kernel, stride, padding, g.shape[2:])
     dwq = _weight_grad_over_rows(xq.contiguous(), g, (ah, aw), (1, 1), (0, 0), (1, 1), groups)
-    if dwq is None or (ah, aw) == (1, 1): return dwq
+    if dwq is None or (kh, kw) == (1, 1): return dwq
     o, cgq = dwq.shape[:2]                     # [O, Cg*sh*sw, ah, aw] -> [O, Cg, ah*sh, aw*sw], cut to the kernel
     dw = dwq.reshape((o, cgq // (sh * sw), sh, sw, ah, aw)).permute((0, 1, 4, 2, 5, 3)).reshape((o, cgq // (sh * sw), ah * sh, aw * sw))
     return dw.shrink([(0, o), (0, cgq // (sh * sw)), (0, kh), (0, kw)])
