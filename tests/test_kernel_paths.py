@@ -71,9 +71,9 @@ def test_conv_rows_path_is_taken(monkeypatch):
 
 
 def test_conv_weight_gradient_over_rows_is_taken(monkeypatch):
-  """The weight gradients of the stride-1 cases with enough row positions reduce over padded rows, the smaller ones
-  over im2col rows; the rows kernel's register tile shares loads across output channels (core/opt.py
-  _fewest_loads_tile), not only across the kernel's taps."""
+  """The weight gradients of the cases with enough row positions (strided ones over their phases) and of the
+  depthwise ones reduce over padded rows, the smaller dense ones over im2col rows; the rows kernel's register tile
+  shares loads across output channels (core/opt.py _fewest_loads_tile), not only across the kernel's taps."""
   taken = []
   real = linalg._weight_grad_over_rows
   def spy(*a):
@@ -81,7 +81,8 @@ def test_conv_weight_gradient_over_rows_is_taken(monkeypatch):
     if out is not None: taken.append(a[0].shape)
     return out
   monkeypatch.setattr(linalg, "_weight_grad_over_rows", spy)
-  for case in (CONV_CASES[-7], CONV_CASES[-6], CONV_CASES[-4], CONV_CASES[-3], CONV_CASES[-2], CONV_CASES[-1], CONV_CASES[10]):
+  for case in (CONV_CASES[-7], CONV_CASES[-6], CONV_CASES[-4], CONV_CASES[-3], CONV_CASES[-2], CONV_CASES[-1], CONV_CASES[8],
+               CONV_CASES[10]):
     x, w, b, conv = _conv(case)
     torch._dynamo.reset()
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
@@ -90,7 +91,7 @@ def test_conv_weight_gradient_over_rows_is_taken(monkeypatch):
     torch.testing.assert_close(got[0], torch.autograd.grad(conv(*leaves).sum(), leaves[1])[0], rtol=1e-4, atol=1e-3)
     over_rows = case != CONV_CASES[10]
     assert (x.shape in taken) == over_rows
-    if over_rows:   # its kernel's output is [1 (batch, reduced), G, O/G, C/G, kh, kw, 1 (rows, reduced)]
+    if over_rows and case[3] // case[8] >= 3:   # its kernel's output is [1 (batch), G, O/G, C/G, kh, kw, 1 (rows)]
       k = -(-case[4] // case[5])  # (a strided one's phase kernel)
       wgrad = next(kern for g in graphs for kern, (kind, step) in zip(g.kernels, [s for s in g.plan.steps if s[0] == "kernel"])
                    if tuple(step.shape)[-3:] == (k, k, 1) and kern.opts.upcast)
@@ -348,3 +349,21 @@ def test_attention_scores_over_a_partial_vector_of_keys(s, d):
   torch.testing.assert_close(torch.autograd.grad(out, (q, k), g), torch.autograd.grad(ref, (q, k), g), rtol=1e-4, atol=1e-4)
   scores = next(kn for kn in graphs[0].kernels if any(u.op.name == "REDUCE" for u in kn.ast.toposort()) and kn.opts.upcast)
   assert scores.opts.vector_axis is not None
+
+
+def test_transposing_kernel_with_heavy_math_is_vectorized():
+  """An elementwise kernel computing GELU's backward from a channels-last tensor into NCHW (ConvNeXt's MLP) reads
+  with a stride along its innermost loop; its loop is still marked for LLVM to vectorize (llvmir's
+  _forced_simd_loops), a transposing copy's is not. Both match eager, NaN and Inf included."""
+  torch.manual_seed(0)
+  h, g = torch.randn(1, 6, 7, 40), torch.randn(1, 40, 6, 7)
+  h[0, 1, 2, 3], h[0, 2, 3, 4], h[0, 3, 4, 5] = float("nan"), float("inf"), -float("inf")
+  heavy = lambda h, g: g * torch.ops.aten.gelu_backward(torch.ones_like(h), h).permute(0, 3, 1, 2)
+  copy = lambda h, g: g + h.permute(0, 3, 1, 2)
+  for fn, forced in ((heavy, True), (copy, False)):
+    torch._dynamo.reset()
+    with torch_uop.debug.capture() as graphs:
+      got = torch.compile(fn, backend="uop", options=FRESH)(h, g)
+    torch.testing.assert_close(got, fn(h, g), rtol=1e-5, atol=1e-5, equal_nan=True)
+    (source,) = graphs[0].sources
+    assert ("!llvm.loop !4" in source) == forced

@@ -93,6 +93,8 @@ attributes #0 = { nounwind }
 !1 = !{!"llvm.loop.mustprogress"}
 !2 = distinct !{!2, !1, !3}
 !3 = !{!"llvm.loop.vectorize.enable", i1 false}
+!4 = distinct !{!4, !1, !5}
+!5 = !{!"llvm.loop.vectorize.enable", i1 true}
 """)
 
   def test_row_sum(self):
@@ -163,6 +165,8 @@ attributes #0 = { nounwind }
 !1 = !{!"llvm.loop.mustprogress"}
 !2 = distinct !{!2, !1, !3}
 !3 = !{!"llvm.loop.vectorize.enable", i1 false}
+!4 = distinct !{!4, !1, !5}
+!5 = !{!"llvm.loop.vectorize.enable", i1 true}
 """)
 
   def test_pad_flip_gated_load(self):

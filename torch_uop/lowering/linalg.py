@@ -172,7 +172,7 @@ def _patch_conv(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tuple, gr
 ROW_CONV_MIN_CHANNELS = 8  # input channels per group below which a convolution stays a direct window reduction
 WGRAD_GEMM_MIN_ROWS = 8    # a weight gradient is a GEMM over im2col rows from this many output channels per group ...
 WGRAD_GEMM_MIN_TAPS = 32   # ... and this many taps (input channels per group x kernel size)
-WGRAD_ROWS_MIN_PIXELS = 512  # ... and it reduces over padded rows, with no im2col copy, from this many row positions
+WGRAD_ROWS_MIN_PIXELS = 512  # ... unless it reduces over padded rows, with no im2col copy: from this many row positions
 WGRAD_PHASE_MAX_WASTE = 1.5  # ... strided, from its s*s phases where their kernels (ceil(k/s)^2 each) add at most this
 ROW_VECTOR = 16  # the vector width the row-major convolution rounds its flattened output up to
 
@@ -295,9 +295,10 @@ def convolution(ctx, x, w, bias, stride, padding, dilation, transposed, output_p
 def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, groups: int) -> LT:
   """d(conv(x, w))/dw for the output gradient g: the window view of x times g, summed over batch and
   output positions. x [N, C, *sp], g [N, O, *out] -> [O, C/groups, *kernel] in the accumulation dtype.
-  Unless the groups are small (depthwise), the windows are first written out as rows (im2col: [N, G, pixels,
-  Cg * kernel], zero-padded to whole vectors), so the reduction over pixels is a GEMM whose SIMD axis runs along
-  those rows (g's values broadcast, 8 output channels per register tile)."""
+  A 2-D one reduces over padded rows (_weight_grad_over_rows) where it can. Otherwise, unless the groups are small
+  (depthwise), the windows are first written out as rows (im2col: [N, G, pixels, Cg * kernel], zero-padded to whole
+  vectors), so the reduction over pixels is a GEMM whose SIMD axis runs along those rows (g's values broadcast,
+  8 output channels per register tile)."""
   nd = x.ndim - 2
   n, c, *_ = x.shape
   o = g.shape[1]
@@ -306,10 +307,12 @@ def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, gr
   out_sp = tuple(g.shape[2:])
   win = _windows(xp, groups, tuple(kernel), stride, dilation, out_sp)               # [N, G, Cg, *out, *k]
   pixels, taps = math.prod(out_sp), cg * math.prod(kernel)
-  if og >= WGRAD_GEMM_MIN_ROWS and taps >= WGRAD_GEMM_MIN_TAPS:
-    over_rows = _weight_grad_over_rows(x, g, kernel, stride, padding, dilation, groups)
-    if over_rows is not None: return over_rows
-  if og >= WGRAD_GEMM_MIN_ROWS and taps >= WGRAD_GEMM_MIN_TAPS and not any(map(is_sym, x.shape)):
+  im2col = og >= WGRAD_GEMM_MIN_ROWS and taps >= WGRAD_GEMM_MIN_TAPS and not any(map(is_sym, x.shape))
+  # over rows unless there are too few of them for its long reduction to beat an im2col GEMM; always better than
+  # the direct window reduction (one loop over q, not one per output row, each with its own horizontal sum)
+  over_rows = _weight_grad_over_rows(x, g, kernel, stride, padding, dilation, groups, WGRAD_ROWS_MIN_PIXELS if im2col else 0)
+  if over_rows is not None: return over_rows
+  if im2col:
     order = (0, 1, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
     cols = win.permute(order).reshape((n, groups, 1, pixels, taps))                  # [N, G, 1, P, Cg*k]
     wide = -(-taps // ROW_VECTOR) * ROW_VECTOR   # rows padded with zeros to whole vectors
@@ -325,14 +328,14 @@ def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, gr
   return (win.expand(full) * gv.expand(full)).sum(axes, keepdim=False).reshape((o, cg, *kernel))
 
 
-def _weight_grad_over_rows(x: LT, g: LT, kernel: tuple, stride, padding, dilation, groups: int) -> LT | None:
+def _weight_grad_over_rows(x: LT, g: LT, kernel: tuple, stride, padding, dilation, groups: int, min_pixels: int) -> LT | None:
   """The weight gradient of a stride-1 2-D convolution over padded rows, with no im2col copy: output position
   q = y * Wp + x (Wp the padded input width) reads the padded input at q + ky*dh*Wp + kx*dw, so with g written
   out in the same row layout (zeros in the Wp - OW columns past each row's end), dw[o, c, ky, kx] is
   sum over q of g[o, q] * x[c, q + ky*dh*Wp + kx*dw]: a reduction along which both operands are contiguous.
   A strided one is that of the stride-1 convolution over the input split by _space_to_depth, its phase taps put
   back in place. None where this does not apply (not 2-D, strided and dilated, symbolic sizes, fewer than
-  WGRAD_ROWS_MIN_PIXELS row positions, phases that multiply the taps by more than WGRAD_PHASE_MAX_WASTE: 3x3 at
+  min_pixels row positions, phases that multiply the taps by more than WGRAD_PHASE_MAX_WASTE: 3x3 at
   stride 2 would compute 16 for 9)."""
   if x.ndim != 4 or any(map(is_sym, x.shape)) or any(map(is_sym, g.shape)): return None
   if tuple(stride) != (1, 1):
@@ -340,7 +343,7 @@ def _weight_grad_over_rows(x: LT, g: LT, kernel: tuple, stride, padding, dilatio
     phase_taps = 1 if (kh, kw) == (1, 1) else -(-kh // sh) * sh * -(-kw // sw) * sw   # (a 1x1 one reads one phase)
     if tuple(dilation) != (1, 1) or phase_taps > WGRAD_PHASE_MAX_WASTE * kh * kw: return None
     xq, (ah, aw) = _space_to_depth(x, kernel, stride, padding, g.shape[2:])
-    dwq = _weight_grad_over_rows(xq.contiguous(), g, (ah, aw), (1, 1), (0, 0), (1, 1), groups)
+    dwq = _weight_grad_over_rows(xq.contiguous(), g, (ah, aw), (1, 1), (0, 0), (1, 1), groups, min_pixels)
     if dwq is None or (kh, kw) == (1, 1): return dwq
     o, cgq = dwq.shape[:2]                     # [O, Cg*sh*sw, ah, aw] -> [O, Cg, ah*sh, aw*sw], cut to the kernel
     dw = dwq.reshape((o, cgq // (sh * sw), sh, sw, ah, aw)).permute((0, 1, 4, 2, 5, 3)).reshape((o, cgq // (sh * sw), ah * sh, aw * sw))
@@ -350,7 +353,7 @@ def _weight_grad_over_rows(x: LT, g: LT, kernel: tuple, stride, padding, dilatio
   kh, kw = kernel
   (ph, pw), (dh, dw) = padding, dilation
   hp, wp = h + 2 * ph, wd + 2 * pw
-  if n * gh * wp < WGRAD_ROWS_MIN_PIXELS: return None
+  if n * gh * wp < min_pixels: return None
   q = -(-gh * wp // ROW_VECTOR) * ROW_VECTOR
   reach = (kh - 1) * dh * wp + (kw - 1) * dw
   rows = max(hp, -(-(q + reach) // wp))

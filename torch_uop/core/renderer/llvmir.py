@@ -134,6 +134,7 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
   innermost = [u for u in program if u.op is Ops.RANGE][-1:] if innermost_simd else []
   scalar_loops = {u for u in program if u.op is Ops.RANGE and (u.arg[1] in ("reduce_serial", "loop") or serial or
                                                                (innermost_simd and u not in innermost))}
+  forced = _forced_simd_loops(program, scalar_loops)
   for u in program:
     op = u.op
     if op is Ops.DEFINE_GLOBAL:
@@ -165,8 +166,8 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
       lid = loops[u.src[0]]
       f.emit(f"%{lid}.next = add nsw i64 %{lid}, 1")
       f.emit(f"store i64 %{lid}.next, ptr %{lid}.addr")
-      # !0: LLVM may vectorize this loop; !2: keep it scalar (SIMD runs across upcast outputs instead)
-      f.emit(f"br label %{lid}.cond, !llvm.loop !{2 if u.src[0] in scalar_loops else 0}")
+      # !0: LLVM may vectorize this loop; !2: keep it scalar (SIMD runs across upcast outputs instead); !4: vectorize it
+      f.emit(f"br label %{lid}.cond, !llvm.loop !{2 if u.src[0] in scalar_loops else 4 if u.src[0] in forced else 0}")
       f.label(f"{lid}.exit")
     elif op is Ops.DEFINE_ACC:
       owner = u.src[0]  # a REDUCE, or the LOOP_VAR of a loop's state (src[1]: its initial value)
@@ -265,7 +266,23 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
   return (f"{decls}\n\ndefine void @{name}({args}) #0 {{\nentry:\n{allocas}\n  br label %start\nstart:\n{body}\n"
           f"  ret void\n}}\n\nattributes #0 = {{ nounwind }}\n"
           f"!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.mustprogress\"}}\n"
-          f"!2 = distinct !{{!2, !1, !3}}\n!3 = !{{!\"llvm.loop.vectorize.enable\", i1 false}}\n")
+          f"!2 = distinct !{{!2, !1, !3}}\n!3 = !{{!\"llvm.loop.vectorize.enable\", i1 false}}\n"
+          f"!4 = distinct !{{!4, !1, !5}}\n!5 = !{{!\"llvm.loop.vectorize.enable\", i1 true}}\n")
+
+
+FORCED_SIMD_MIN_FLOAT_OPS = 16  # an elementwise kernel with this much float math per element vectorizes whatever it reads
+
+
+def _forced_simd_loops(program: list, scalar_loops: set) -> set:
+  """The innermost loop of a kernel without reductions whose element computes at least FORCED_SIMD_MIN_FLOAT_OPS
+  float operations (an erf, an exp, GELU's backward), marked for LLVM to vectorize whatever its cost model says: where
+  a load or the store is strided (a transposing kernel, ConvNeXt's GELU backward from channels-last into NCHW) the
+  model would leave the loop scalar, every transcendental a scalar polynomial, where gathers cost far less than that."""
+  if any(u.op in (Ops.REDUCE, Ops.DEFINE_ACC) for u in program): return set()
+  loops = [u for u in program if u.op is Ops.RANGE]
+  if not loops or loops[-1] in scalar_loops: return set()
+  float_ops = sum(1 for u in program if u.op not in (Ops.LOAD, Ops.CONST) and u.dtype.is_float and u.src)
+  return {loops[-1]} if float_ops >= FORCED_SIMD_MIN_FLOAT_OPS else set()
 
 
 def _nan_tracked(owner: UOp) -> bool:
