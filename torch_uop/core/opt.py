@@ -22,6 +22,7 @@ sizes where it only estimates; an upcast needs a factor that divides its axis fo
 serves, so a symbolic axis is only the SIMD axis, under a guard (codegen's _divided_variables).
 """
 from __future__ import annotations
+import itertools
 from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, substitute
 from torch_uop.core.sym import is_sym, hint
@@ -223,7 +224,6 @@ def _fewest_loads_tile(blockable: list, axes: int, loads: list, ranges: dict, ca
   loads the fewest values per accumulator in each reduce step (a load whose address moves along a tiled axis is
   loaded once per position of it), the innermost on a tie. A convolution's weight gradient over rows reduces
   x[c, q + ky*W + kx] * g[o, q]: a tile over (ky, kx) loads 9 + 1 values for 9 accumulators, one over (o, kx) 3 + 3."""
-  import itertools
   def loads_per_accumulator(tile) -> float:
     total = 0
     for ld in loads:

@@ -303,15 +303,15 @@ def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, gr
   n, c, *_ = x.shape
   o = g.shape[1]
   cg, og = c // groups, o // groups
-  xp = _padded(x, padding)
   out_sp = tuple(g.shape[2:])
-  win = _windows(xp, groups, tuple(kernel), stride, dilation, out_sp)               # [N, G, Cg, *out, *k]
   pixels, taps = math.prod(out_sp), cg * math.prod(kernel)
   im2col = og >= WGRAD_GEMM_MIN_ROWS and taps >= WGRAD_GEMM_MIN_TAPS and not any(map(is_sym, x.shape))
   # over rows unless there are too few of them for its long reduction to beat an im2col GEMM; always better than
   # the direct window reduction (one loop over q, not one per output row, each with its own horizontal sum)
   over_rows = _weight_grad_over_rows(x, g, kernel, stride, padding, dilation, groups, WGRAD_ROWS_MIN_PIXELS if im2col else 0)
   if over_rows is not None: return over_rows
+  xp = _padded(x, padding)
+  win = _windows(xp, groups, tuple(kernel), stride, dilation, out_sp)               # [N, G, Cg, *out, *k]
   if im2col:
     order = (0, 1, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
     cols = win.permute(order).reshape((n, groups, 1, pixels, taps))                  # [N, G, 1, P, Cg*k]
