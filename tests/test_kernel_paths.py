@@ -367,3 +367,60 @@ def test_transposing_kernel_with_heavy_math_is_vectorized():
     torch.testing.assert_close(got, fn(h, g), rtol=1e-5, atol=1e-5, equal_nan=True)
     (source,) = graphs[0].sources
     assert ("!llvm.loop !4" in source) == forced
+
+
+# (batch, heads, query rows, keys, head size, mask, causal): blocks of 8 query rows (and, in the backward, keys)
+ATTENTION_BLOCK_CASES = [
+  (1, 2, 40, 40, 16, None, False),     # 5 even blocks
+  (2, 3, 37, 37, 8, None, True),       # causal, uneven length: the blocks' rows and keys keep their true positions
+  (1, 2, 33, 50, 16, "bool", False),   # cross attention, a boolean mask per (row, key), one row masked whole
+  (2, 1, 24, 32, 16, "float", False),  # an additive mask per batch entry, broadcast over heads
+  (1, 2, 32, 24, 64, "keys", False),   # a mask per key only; head size 64: the backward is not blocked
+]
+
+
+@pytest.mark.parametrize("case", ATTENTION_BLOCK_CASES)
+def test_attention_by_blocks_of_rows(monkeypatch, case):
+  """Attention whose scores exceed nn.ATTENTION_BLOCK_BYTES runs by blocks of query rows (the backward by blocks of
+  rows for dq and of keys for dk and dv, up to ATTENTION_BACKWARD_BLOCK_MAX_HEAD); output and gradients match eager
+  with masks, causality, cross attention and a fully masked row."""
+  from torch_uop.lowering import nn as lnn
+  b, h, lq, lk, d, mask, causal = case
+  monkeypatch.setattr(lnn, "ATTENTION_BLOCK_MIN", 8)
+  monkeypatch.setattr(lnn, "ATTENTION_BLOCK_BYTES", b * h * max(lq, lk) * 4 * 8)
+  torch.manual_seed(0)
+  q = torch.randn(b, h, lq, d, requires_grad=True)
+  k, v = (torch.randn(b, h, lk, d, requires_grad=True) for _ in range(2))
+  kw = dict(is_causal=causal)
+  if mask == "bool":
+    kw["attn_mask"] = torch.rand(lq, lk) > 0.3
+    kw["attn_mask"][5] = False
+  elif mask == "float": kw["attn_mask"] = torch.randn(b, 1, lq, lk)
+  elif mask == "keys": kw["attn_mask"] = torch.rand(1, lk) > 0.2
+  fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kw)
+  torch._dynamo.reset()
+  torch_uop.reset_metrics()
+  with torch_uop.debug.capture() as graphs:
+    got = torch.compile(fn, backend="uop", options=FRESH)(q, k, v)
+    grads = torch.autograd.grad(got, (q, k, v), torch.ones_like(got))
+  want = fn(q, k, v)
+  torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, equal_nan=True)
+  for a, e in zip(grads, torch.autograd.grad(want, (q, k, v), torch.ones_like(want))):
+    torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4, equal_nan=True)
+  assert torch_uop.metrics()["fallback_nodes_total"] == 0
+  rows = lnn._blocks((b, h), lq, lk)
+  assert len(rows) >= 3
+  block_rows = {e - s for s, e in rows}
+  forward, backward = (_kernel_shapes(g) for g in (graphs[0], graphs[-1]))
+  assert sum(any(_holds(shape, (h, r, lk)) for r in block_rows) for shape in forward) >= len(rows)
+  assert not any(_holds(shape, (h, lq, lk)) for shape in forward)  # no kernel writes the scores whole
+  assert any(_holds(shape, (h, lq, lk)) for shape in backward) == (d > lnn.ATTENTION_BACKWARD_BLOCK_MAX_HEAD)
+
+
+def _kernel_shapes(graph) -> list:
+  return [step.shape for kind, step in graph.plan.steps if kind == "kernel"]
+
+
+def _holds(shape: tuple, sizes: tuple) -> bool:
+  """Whether `sizes` appear as consecutive dims of a kernel's output shape (scores: heads, rows, keys)."""
+  return any(tuple(shape[i:i + len(sizes)]) == sizes for i in range(len(shape)))

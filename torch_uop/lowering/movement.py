@@ -67,14 +67,20 @@ def select(ctx, x, dim, index):
 def cat(ctx, tensors, dim=0):
   tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]  # legacy: empty 1-d tensors are skipped
   if not tensors: return LT.full(ctx.shape, 0, ctx.dtype)
-  dim %= tensors[0].ndim
-  total = sum(t.shape[dim] for t in tensors)
+  return concat([t.cast(ctx.dtype) for t in tensors], dim % tensors[0].ndim)
+
+
+def concat(parts: list, dim: int) -> LT:
+  """The tensors joined along `dim` (same dtype, same other sizes): each padded into place and selected where it lies."""
+  if len(parts) == 1: return parts[0]
+  dim %= parts[0].ndim
+  total = sum(t.shape[dim] for t in parts)
   out, offset = None, 0
-  for t in tensors:
+  for t in parts:
     n = t.shape[dim]
     pads = [(0, 0)] * t.ndim
     pads[dim] = (offset, total - offset - n)
-    piece = t.cast(ctx.dtype).pad(pads)
+    piece = t.pad(pads)
     if out is None: out = piece
     else:
       inside = LT.full(t.shape, True, dtypes.bool).pad(pads)
