@@ -319,3 +319,14 @@ def test_boolean_option_strings():
     Config.from_options({"fallback_whole_graph": "maybe"})
   with pytest.raises(ValueError, match="opt_level"):
     Config.from_options({"opt_level": "fast"})
+
+
+def test_functional_view_copies_lower_without_fallback():
+  """debug.compile_graph traces functionally: slices, selects, permutes and squeezes arrive as their *_copy forms,
+  which lower like the views they copy (no fallback step), results equal to eager."""
+  x = torch.randn(2, 16, 8)
+  fn = lambda x: torch.cat([x[:, s:s + 4] * 2 for s in range(0, 16, 4)], 1).permute(2, 0, 1)[3].t().unsqueeze(0)
+  torch_uop.reset_metrics()
+  g = torch_uop.debug.compile_graph(fn, x)
+  assert not any(kind == "fallback" for kind, _ in g.plan.steps)
+  torch.testing.assert_close(g([x])[0], fn(x))

@@ -1,6 +1,8 @@
 """Movement lowerings: view/reshape, permute, expand, slice, select, squeeze/unsqueeze, cat,
 constant_pad_nd, flip, as_strided, and the scatters of their backwards (slice_scatter,
-select_scatter). All of them are index maps (VIEW nodes); none copies data.
+select_scatter). All of them are index maps (VIEW nodes); none copies data. The functional `*_copy` forms of the
+views (what a functionalized trace such as torch_uop.debug.compile_graph's holds) lower the same way: the copy is the
+kernel that reads through the view.
 """
 from __future__ import annotations
 import math
@@ -18,27 +20,28 @@ aten = torch.ops.aten
 def view(ctx, x, shape): return x.reshape(ctx.shape)
 
 
-@register(aten.permute.default)
+@register(aten.permute.default, aten.permute_copy.default)
 def permute(ctx, x, dims): return x.permute(dims)
 
 
-@register(aten.t.default)
+@register(aten.t.default, aten.t_copy.default)
 def t(ctx, x): return x.permute((1, 0)) if x.ndim == 2 else x
 
 
-@register(aten.transpose.int)
+@register(aten.transpose.int, aten.transpose_copy.int)
 def transpose(ctx, x, a, b): return x.transpose(a % x.ndim, b % x.ndim) if x.ndim else x
 
 
-@register(aten.expand.default)
+@register(aten.expand.default, aten.expand_copy.default)
 def expand(ctx, x, shape, implicit=False): return x.broadcast_to(ctx.shape)
 
 
-@register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default)
+@register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default, aten.squeeze_copy.dim,
+          aten.squeeze_copy.dims, aten.squeeze_copy.default, aten.unsqueeze_copy.default)
 def squeeze(ctx, x, *dims): return x.reshape(ctx.shape)
 
 
-@register(aten.slice.Tensor)
+@register(aten.slice.Tensor, aten.slice_copy.Tensor)
 def slice_(ctx, x, dim=0, start=None, end=None, step=1):
   dim %= x.ndim
   size = x.shape[dim]
@@ -56,7 +59,7 @@ def _clamp_range(start, end, size):
   return start, end
 
 
-@register(aten.select.int)
+@register(aten.select.int, aten.select_copy.int)
 def select(ctx, x, dim, index):
   dim %= x.ndim
   if index < 0: index += x.shape[dim]
