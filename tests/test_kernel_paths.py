@@ -424,3 +424,32 @@ def _kernel_shapes(graph) -> list:
 def _holds(shape: tuple, sizes: tuple) -> bool:
   """Whether `sizes` appear as consecutive dims of a kernel's output shape (scores: heads, rows, keys)."""
   return any(tuple(shape[i:i + len(sizes)]) == sizes for i in range(len(shape)))
+
+
+TRANSPOSE_TILES = [
+  # (input shape, the transposing view copied, the (load axis, store axis) of the output tiled, or None)
+  ((96, 64), lambda w: w.t(), (1, 0)),                                    # a weight transposed for x @ W.T
+  ((2, 3, 40, 16), lambda k: k.transpose(-1, -2), (3, 2)),               # attention's k^T, heads kept
+  ((1, 8, 8, 24), lambda x: x.permute(0, 3, 1, 2), (1, 3)),              # NHWC -> NCHW
+  ((1, 24, 8, 8), lambda x: x.permute(0, 2, 3, 1), (2, 3)),              # NCHW -> NHWC
+  ((30, 64), lambda w: w.t(), None),                                     # 30 rows: the tile does not divide them
+  ((96, 64), lambda w: w.t().sin(), None),                               # heavy math per element
+]
+
+
+@pytest.mark.parametrize("shape,view,axes", TRANSPOSE_TILES, ids=range(len(TRANSPOSE_TILES)))
+def test_transposing_copy_is_tiled_square(shape, view, axes):
+  """A copy that loads contiguously along one output axis and stores along another is tiled `lanes` x `lanes` over
+  both (core/opt.py _transpose_tile: vector loads, a transpose in registers, vector stores); NaN and Inf go through."""
+  torch.manual_seed(0)
+  x = torch.randn(shape)
+  x.view(-1)[:3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+  fn = lambda x: view(x).contiguous() * 2
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    out = torch.compile(fn, backend="uop", options=FRESH)(x)
+  torch.testing.assert_close(out, fn(x), equal_nan=True)
+  (kernel,) = graphs[0].kernels
+  tiled = tuple(a for a, f in kernel.opts.upcast if f > 1)
+  assert tiled == (tuple(sorted(axes)) if axes else ())
+  assert all(f == 8 for _, f in kernel.opts.upcast)

@@ -17,6 +17,7 @@ from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort
 from torch_uop.core.dtypes import DType
 from torch_uop.core.shapetracker import contiguous_strides
 from torch_uop.core.sym import hint, is_sym
+from torch_uop.core.opt import CHEAP_MATH
 
 
 @dataclass
@@ -134,7 +135,7 @@ def _shared_expressions(roots: list, realized: set) -> set:
 
 
 # math functions that are one instruction or a few on a CPU; every other one expands into tens of operations
-_INSTRUCTION_MATH = frozenset({"sqrt", "abs", "floor", "ceil", "trunc", "round", "copysign"})
+_INSTRUCTION_MATH = CHEAP_MATH
 
 
 def _reads_broadcast(u: UOp) -> bool:
