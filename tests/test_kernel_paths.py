@@ -23,6 +23,9 @@ CONV_CASES = [
   (2, 16, 12, 16, 3, 1, 1, 1, 16),  # depthwise
   (1, 12, 11, 12, 5, 2, 2, 1, 12),  # depthwise, strided
   (2, 64, 10, 64, 3, 1, 1, 1, 1),   # a ResNet-style block
+  # input gradients of kernels smaller than their stride: only the phases the kernel reaches are computed
+  (1, 8, 11, 4, 2, 3, 1, 1, 1),     # 2x2 at stride 3: 4 of 9 phases
+  (2, 16, 10, 8, 1, 2, 0, 1, 2),    # a grouped 1x1 downsample: 1 of 4
   # weight gradients over padded rows (linalg.WGRAD_ROWS_MIN_PIXELS positions or more), no im2col copy:
   (2, 16, 20, 16, 3, 1, 1, 1, 1),   # over two images, rows not a whole number of vectors
   (1, 32, 24, 32, 3, 1, 2, 2, 2),   # dilated, grouped
@@ -453,3 +456,19 @@ def test_transposing_copy_is_tiled_square(shape, view, axes):
   tiled = tuple(a for a, f in kernel.opts.upcast if f > 1)
   assert tiled == (tuple(sorted(axes)) if axes else ())
   assert all(f == 8 for _, f in kernel.opts.upcast)
+
+
+@pytest.mark.parametrize("case,phases", [(CONV_CASES[11], 4), (CONV_CASES[12], 1), (CONV_CASES[1], 4)])
+def test_strided_input_gradient_computes_only_reachable_phases(monkeypatch, case, phases):
+  """The input gradient of a strided convolution is one stride-1 convolution over the phases its kernel reaches
+  (linalg._strided_input_grad): C * min(k, s)^2 output channels, not C * s^2 of which the rest are zeros."""
+  calls = []
+  real = linalg.conv
+  monkeypatch.setattr(linalg, "conv", lambda x, w, *a: calls.append(w.shape[0]) or real(x, w, *a))
+  x, w, b, conv = _conv(case)
+  torch._dynamo.reset()
+  leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+  got = torch.autograd.grad(torch.compile(conv, backend="uop", options=FRESH)(*leaves).sum(), leaves[0])
+  torch.testing.assert_close(got[0], torch.autograd.grad(conv(*leaves).sum(), leaves[0])[0], rtol=1e-4, atol=1e-4)
+  assert case[1] * phases in calls[1:]  # (the first call is the forward convolution)
+  if phases < case[5] ** 2: assert case[1] * case[5] ** 2 not in calls[1:]

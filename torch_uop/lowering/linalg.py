@@ -373,8 +373,8 @@ def _strided_input_grad(g: LT, w: LT, size: tuple, stride: tuple, padding: tuple
   """The input gradient of a strided 2-D convolution, phase by phase instead of over a zero-stuffed gradient (which
   multiplies s*s - 1 zeros for every product that counts). Input pixel X = s*t + r - p sums g[t - b] * w[s*b + r]
   over b, so each phase r is a stride-1 convolution of g (padded by B - 1 = ceil(k/s) - 1 in front) with the
-  flipped sub-kernel w[s*(B-1-b) + r]: one convolution with C*s*s output channels (c, ry, rx), then interleaved.
-  None where this does not apply (1-D/3-D, dilation, stride 1)."""
+  flipped sub-kernel w[s*(B-1-b) + r]: one convolution with C*s*s output channels (c, ry, rx), then interleaved
+  (C*k*k of them where k < s: the other phases are zeros). None where this does not apply (1-D/3-D, dilation, stride 1)."""
   if g.ndim != 4 or stride == (1, 1) or dilation != (1, 1) or any(map(is_sym, g.shape)): return None
   n, o, gh, gw = g.shape
   _, cg, kh, kw = w.shape
@@ -382,13 +382,18 @@ def _strided_input_grad(g: LT, w: LT, size: tuple, stride: tuple, padding: tuple
   bh, bw = -(-kh // sh), -(-kw // sw)
   th, tw = -(-(size[0] + ph) // sh), -(-(size[1] + pw) // sw)       # phase rows/columns the input needs
   og = o // groups
+  # a kernel smaller than its stride (a 1x1 downsample) touches only phases r < k: the others are zero, not computed
+  rh, rw = min(sh, kh), min(sw, kw)
   wq = w.pad([(0, 0), (0, 0), (0, bh * sh - kh), (0, bw * sw - kw)]).reshape((groups, og, cg, bh, sh, bw, sw))
-  wq = wq.flip((3, 5)).permute((0, 2, 4, 6, 1, 3, 5)).reshape((groups * cg * sh * sw, og, bh, bw)).contiguous()
+  wq = wq.shrink([(0, groups), (0, og), (0, cg), (0, bh), (0, rh), (0, bw), (0, rw)])
+  wq = wq.flip((3, 5)).permute((0, 2, 4, 6, 1, 3, 5)).reshape((groups * cg * rh * rw, og, bh, bw)).contiguous()
   gp = g.pad([(0, 0), (0, 0), (bh - 1, max(0, th - gh)), (bw - 1, max(0, tw - gw))])
-  phases = conv(gp, wq, (1, 1), (0, 0), (1, 1), groups)                # [N, C*sh*sw, >= th, >= tw]
+  phases = conv(gp, wq, (1, 1), (0, 0), (1, 1), groups)                # [N, C*rh*rw, >= th, >= tw]
   ph_h, ph_w = phases.shape[2:]
   c = groups * cg
-  full = phases.reshape((n, c, sh, sw, ph_h, ph_w)).permute((0, 1, 4, 2, 5, 3)).reshape((n, c, ph_h * sh, ph_w * sw))
+  phases = phases.reshape((n, c, rh, rw, ph_h, ph_w))
+  if (rh, rw) != (sh, sw): phases = phases.pad([(0, 0), (0, 0), (0, sh - rh), (0, sw - rw), (0, 0), (0, 0)])
+  full = phases.permute((0, 1, 4, 2, 5, 3)).reshape((n, c, ph_h * sh, ph_w * sw))
   return full.shrink([(0, n), (0, c), (ph, ph + size[0]), (pw, pw + size[1])])
 
 
