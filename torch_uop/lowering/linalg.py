@@ -384,8 +384,7 @@ def _strided_input_grad(g: LT, w: LT, size: tuple, stride: tuple, padding: tuple
   og = o // groups
   # a kernel smaller than its stride (a 1x1 downsample) touches only phases r < k: the others are zero, not computed
   rh, rw = min(sh, kh), min(sw, kw)
-  wq = w.pad([(0, 0), (0, 0), (0, bh * sh - kh), (0, bw * sw - kw)]).reshape((groups, og, cg, bh, sh, bw, sw))
-  wq = wq.shrink([(0, groups), (0, og), (0, cg), (0, bh), (0, rh), (0, bw), (0, rw)])
+  wq = w.pad([(0, 0), (0, 0), (0, bh * rh - kh), (0, bw * rw - kw)]).reshape((groups, og, cg, bh, rh, bw, rw))
   wq = wq.flip((3, 5)).permute((0, 2, 4, 6, 1, 3, 5)).reshape((groups * cg * rh * rw, og, bh, bw)).contiguous()
   gp = g.pad([(0, 0), (0, 0), (bh - 1, max(0, th - gh)), (bw - 1, max(0, tw - gw))])
   phases = conv(gp, wq, (1, 1), (0, 0), (1, 1), groups)                # [N, C*rh*rw, >= th, >= tw]
