@@ -1,11 +1,15 @@
 """Matmul and convolution lowerings, as generated kernels (no ATen calls).
 
-A matmul is a broadcast multiply reduced over K: `a[M,1,K] * b[1,N,K]`, summed over the last axis.
-A convolution is the same over a window view: the padded input seen as
-`[N, G, 1, Cg, *out, *kernel]` through `as_strided` (no copy) times the weight
-`[1, G, Og, Cg, 1.., *kernel]`, summed over `(Cg, *kernel)`. Transposed convolution and the input
-gradient are a convolution of the zero-stuffed input with the flipped, transposed weight; the weight
-gradient is the window view times the output gradient, summed over batch and output positions.
+A matmul is a broadcast multiply reduced over K: `a[M,1,K] * b[1,N,K]`, summed over the last axis (b copied
+into panels or along N where that gives the register tiles a better SIMD axis).
+A 2-D convolution is, by the first that applies: one GEMM over patches (kernel = stride, no padding); an im2col
+GEMM (a dense strided one whose phases would add more than PHASE_MAX_WASTE taps); a stride-1 convolution over
+padded rows (strided ones over their s*s phases). Otherwise, and in 1-D and 3-D, it is the window view: the
+padded input seen as `[N, G, 1, Cg, *out, *kernel]` through `as_strided` (no copy) times the weight
+`[1, G, Og, Cg, 1.., *kernel]`, summed over `(Cg, *kernel)`. The input gradient of a strided 2-D convolution is a
+stride-1 convolution per phase; otherwise, and for transposed convolution, a convolution of the zero-stuffed input
+with the flipped, transposed weight. The weight gradient reduces over padded rows or im2col rows, or the window
+view times the output gradient, summed over batch and output positions.
 """
 from __future__ import annotations
 import math
@@ -133,6 +137,7 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   if nd == 2 and not any(map(is_sym, x.shape)):
     xa, wa = x.cast(acc), w.cast(acc)
     out = _patch_conv(xa, wa, stride, padding, dilation, groups)
+    if out is None: out = _strided_im2col_conv(xa, wa, stride, padding, dilation, groups)
     if out is None: out = _conv2d_over_rows(xa, wa, stride, padding, dilation, groups)
     if out is not None: return out
   x = _padded(x.cast(acc), padding)
@@ -169,11 +174,37 @@ def _patch_conv(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tuple, gr
   return out.reshape((n, oh, ow, o)).permute((0, 3, 1, 2))
 
 
+def _phase_taps(kernel: tuple, stride: tuple) -> int:
+  """Taps per input channel of a strided 2-D convolution run over its s*s phases (a 1x1 kernel reads one phase)."""
+  (kh, kw), (sh, sw) = kernel, stride
+  return 1 if (kh, kw) == (1, 1) else -(-kh // sh) * sh * -(-kw // sw) * sw
+
+
+def _strided_im2col_conv(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> LT | None:
+  """A dense strided convolution whose phases would waste more than PHASE_MAX_WASTE (3x3 at stride 2: 16 taps for
+  9, ResNet's downsampling 3x3s) as one GEMM per image over its windows written out as columns (im2col): out[o, p]
+  = sum over t of w[o, t] * cols[p, t], both contiguous along the taps t and the result already in NCHW order.
+  None otherwise (stride 1, groups, dilation, fewer than WGRAD_GEMM_MIN_TAPS taps)."""
+  n, c, h, wd = x.shape
+  o, cg, kh, kw = w.shape
+  taps = cg * kh * kw
+  if stride == (1, 1) or groups != 1 or dilation != (1, 1) or taps < WGRAD_GEMM_MIN_TAPS: return None
+  if _phase_taps((kh, kw), stride) <= PHASE_MAX_WASTE * kh * kw: return None
+  oh, ow = ((s + 2 * p - k) // st + 1 for s, p, k, st in zip((h, wd), padding, (kh, kw), stride))
+  if oh <= 0 or ow <= 0: return None
+  win = _windows(_padded(x, padding), 1, (kh, kw), stride, dilation, (oh, ow))        # [N, 1, C, OH, OW, kh, kw]
+  # (copied with the pixel and tap axes apart: the copy's loops then index without divisions)
+  cols = win.reshape((n, c, oh, ow, kh, kw)).permute((0, 2, 3, 1, 4, 5)).contiguous().reshape((n, oh * ow, taps))
+  out = matmul(w.reshape((1, o, taps)).expand((n, o, taps)), cols.transpose(1, 2))    # [N, O, OH*OW]
+  return out.reshape((n, o, oh, ow))
+
+
 ROW_CONV_MIN_CHANNELS = 8  # input channels per group below which a convolution stays a direct window reduction
 WGRAD_GEMM_MIN_ROWS = 8    # a weight gradient is a GEMM over im2col rows from this many output channels per group ...
 WGRAD_GEMM_MIN_TAPS = 32   # ... and this many taps (input channels per group x kernel size)
 WGRAD_ROWS_MIN_PIXELS = 512  # ... unless it reduces over padded rows, with no im2col copy: from this many row positions
-WGRAD_PHASE_MAX_WASTE = 1.5  # ... strided, from its s*s phases where their kernels (ceil(k/s)^2 each) add at most this
+PHASE_MAX_WASTE = 1.5  # a strided convolution (forward, weight gradient) runs over its s*s phases where their kernels
+                       # (ceil(k/s)^2 taps each) add at most this factor to the taps; otherwise it is an im2col GEMM
 ROW_VECTOR = 16  # the vector width the row-major convolution rounds its flattened output up to
 
 
@@ -335,13 +366,12 @@ def _weight_grad_over_rows(x: LT, g: LT, kernel: tuple, stride, padding, dilatio
   sum over q of g[o, q] * x[c, q + ky*dh*Wp + kx*dw]: a reduction along which both operands are contiguous.
   A strided one is that of the stride-1 convolution over the input split by _space_to_depth, its phase taps put
   back in place. None where this does not apply (not 2-D, strided and dilated, symbolic sizes, fewer than
-  min_pixels row positions, phases that multiply the taps by more than WGRAD_PHASE_MAX_WASTE: 3x3 at
+  min_pixels row positions, phases that multiply the taps by more than PHASE_MAX_WASTE: 3x3 at
   stride 2 would compute 16 for 9)."""
   if x.ndim != 4 or any(map(is_sym, x.shape)) or any(map(is_sym, g.shape)): return None
   if tuple(stride) != (1, 1):
     (kh, kw), (sh, sw) = kernel, stride
-    phase_taps = 1 if (kh, kw) == (1, 1) else -(-kh // sh) * sh * -(-kw // sw) * sw   # (a 1x1 one reads one phase)
-    if tuple(dilation) != (1, 1) or phase_taps > WGRAD_PHASE_MAX_WASTE * kh * kw: return None
+    if tuple(dilation) != (1, 1) or _phase_taps((kh, kw), (sh, sw)) > PHASE_MAX_WASTE * kh * kw: return None
     xq, (ah, aw) = _space_to_depth(x, kernel, stride, padding, g.shape[2:])
     dwq = _weight_grad_over_rows(xq.contiguous(), g, (ah, aw), (1, 1), (0, 0), (1, 1), groups, min_pixels)
     if dwq is None or (kh, kw) == (1, 1): return dwq
