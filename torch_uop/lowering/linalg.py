@@ -345,9 +345,11 @@ def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, gr
   win = _windows(xp, groups, tuple(kernel), stride, dilation, out_sp)               # [N, G, Cg, *out, *k]
   if im2col:
     order = (0, 1, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
-    cols = win.permute(order).reshape((n, groups, 1, pixels, taps))                  # [N, G, 1, P, Cg*k]
     wide = -(-taps // ROW_VECTOR) * ROW_VECTOR   # rows padded with zeros to whole vectors
-    cols = cols.pad([(0, 0)] * 4 + [(0, wide - taps)]).contiguous()
+    if wide == taps:  # copied with the pixel and tap axes apart: the copy's loops index without divisions
+      cols = win.permute(order).contiguous().reshape((n, groups, 1, pixels, taps))   # [N, G, 1, P, Cg*k]
+    else:
+      cols = win.permute(order).reshape((n, groups, 1, pixels, taps)).pad([(0, 0)] * 4 + [(0, wide - taps)]).contiguous()
     gv = g.reshape((n, groups, og, pixels, 1))
     full = (n, groups, og, pixels, wide)
     dw = (cols.expand(full) * gv.expand(full)).sum((0, 3), keepdim=False).contiguous()   # [G, Og, wide]
