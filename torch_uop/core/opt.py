@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, substitute
+from torch_uop.core.dtypes import dtypes
 from torch_uop.core.sym import is_sym, hint
 
 
@@ -101,7 +102,6 @@ def _trip_count(r: UOp) -> int:
 def stride_along(index: UOp, r: UOp, ranges: list) -> int | None:
   """How far an affine index moves when loop r steps by one (None if that is not a constant)."""
   from torch_uop.core.symbolic import simplify
-  from torch_uop.core.dtypes import dtypes
   zero = {x: UOp.const(dtypes.index, 0) for x in ranges}
   at0 = simplify(substitute(index, zero))
   at1 = simplify(substitute(index, {**zero, r: UOp.const(dtypes.index, 1)}))
@@ -266,7 +266,8 @@ def _read_order(out_shape: tuple, nodes: list, ranges: dict, all_ranges: list) -
   return () if order == tuple(axes) else order
 
 
-CHEAP_MATH = frozenset({"sqrt", "abs", "floor", "ceil", "trunc", "round", "copysign"})  # a few instructions each
+# math functions that are one instruction or a few on a CPU; every other one expands into tens of operations
+CHEAP_MATH = frozenset({"sqrt", "abs", "floor", "ceil", "trunc", "round", "copysign"})
 TRANSPOSE_TILE_MAX_OPS = 8  # an elementwise kernel with more operations per element than this is not tiled (the
                             # 8x8 tile unrolls its element 64 times; heavy math vectorizes along one loop instead)
 
@@ -281,7 +282,6 @@ def _transpose_tile(out_shape: tuple, nodes: list, ranges: dict, all_ranges: lis
   loads = [n for n in nodes if n.op is Ops.LOAD]
   stores = [n for n in nodes if n.op is Ops.STORE]
   if len(stores) != 1 or not loads or any(len(ld.src) != 2 for ld in loads): return []
-  from torch_uop.core.dtypes import dtypes
   values = [n for n in nodes if n.dtype is not dtypes.index and (n.op in ELEMENTWISE and n.op is not Ops.CAST or n.op is Ops.MATH)]
   if len(values) > TRANSPOSE_TILE_MAX_OPS or any(n.op is Ops.MATH and n.arg not in CHEAP_MATH for n in values): return []
   lanes = vectors.lanes

@@ -134,10 +134,6 @@ def _shared_expressions(roots: list, realized: set) -> set:
   return costly - inner
 
 
-# math functions that are one instruction or a few on a CPU; every other one expands into tens of operations
-_INSTRUCTION_MATH = CHEAP_MATH
-
-
 def _reads_broadcast(u: UOp) -> bool:
   """Whether an operand is read through a broadcasting view (possibly under casts and reshapes)."""
   while u.op is Ops.CAST or (u.op is Ops.VIEW and _expansion(u) == 1): u = u.src[0]
@@ -160,7 +156,7 @@ def _costly_epilogue(root: UOp, red: UOp, realized: set) -> bool:
     n = stack.pop()
     if n in seen or n is red or (n is not root and (n in realized or _is_buffer(n))): continue
     seen.add(n)
-    if n.op is Ops.MATH and n.arg not in _INSTRUCTION_MATH: return True
+    if n.op is Ops.MATH and n.arg not in CHEAP_MATH: return True
     stack.extend(n.src)
   return False
 

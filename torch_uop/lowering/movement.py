@@ -70,7 +70,7 @@ def select(ctx, x, dim, index):
 def cat(ctx, tensors, dim=0):
   tensors = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]  # legacy: empty 1-d tensors are skipped
   if not tensors: return LT.full(ctx.shape, 0, ctx.dtype)
-  return concat([t.cast(ctx.dtype) for t in tensors], dim % tensors[0].ndim)
+  return concat([t.cast(ctx.dtype) for t in tensors], dim)
 
 
 def concat(parts: list, dim: int) -> LT:

@@ -330,8 +330,9 @@ def sdpa_flash_cpu_backward(ctx, grad_out, q, k, v, out, logsumexp, dropout_p, i
     dp = matmul(dob, vb.transpose(-1, -2))
     return p, p * (dp - delta.slice(-2, *rows).broadcast_to(dp.shape))
 
-  blocks = (lambda length, across: _blocks(tuple(batch), length, across)) if d <= ATTENTION_BACKWARD_BLOCK_MAX_HEAD else \
-    (lambda length, across: [(0, length)])
+  def blocks(length, across):
+    return _blocks(tuple(batch), length, across) if d <= ATTENTION_BACKWARD_BLOCK_MAX_HEAD else [(0, length)]
+
   dq = []
   for rows in blocks(lq, lk):
     _, ds = block(rows, (0, lk))
