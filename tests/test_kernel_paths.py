@@ -179,6 +179,31 @@ def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
   assert ((n // linalg.PANEL, k, linalg.PANEL) in outs) == packed
 
 
+@pytest.mark.parametrize("t,m,n,copied", [(256, 384, 128, True), (200, 96, 72, True), (256, 384, 48, False),
+                                          (64, 384, 128, False), (256, 32, 128, False)])
+def test_gemm_copies_a_transposed_left_operand_row_major(t, m, n, copied):
+  """A weight gradient's dh.t() @ x reads dh down its columns; with rows and columns enough for the strips of a to
+  be read again (linalg._copies_transposed_a), dh.t() (with the product that makes it) is copied row-major first.
+  The result and the gradients of a linear layer (whose weight gradient takes that path) match eager either way."""
+  torch.manual_seed(0)
+  h, g, x = torch.randn(t, m), torch.randn(t, m), torch.randn(t, n)
+  fn = lambda h, g, x: (h * g).t() @ x
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    got = torch.compile(fn, backend="uop", options=FRESH)(h, g, x)
+  torch.testing.assert_close(got, fn(h, g, x), rtol=1e-4, atol=1e-4)
+  outs = [tuple(step.shape) for kind, step in graphs[0].plan.steps if kind == "kernel"]
+  assert ((m, t) in outs) == copied, outs
+  x = torch.randn(t, n, requires_grad=True)
+  lin = torch.nn.Linear(n, m)
+  torch._dynamo.reset()
+  out = torch.compile(lin, backend="uop", options=FRESH)(x)
+  gw, gx = torch.autograd.grad(out, (lin.weight, x), g)
+  want_w, want_x = torch.autograd.grad(lin(x), (lin.weight, x), g)
+  torch.testing.assert_close(gw, want_w, rtol=1e-4, atol=1e-3)
+  torch.testing.assert_close(gx, want_x, rtol=1e-4, atol=1e-3)
+
+
 def test_output_reshape_of_computed_buffer_is_not_copied():
   x = torch.randn(16, 3, 2)
   fn = lambda x: (x * 2).sum(1).reshape(4, 8)
