@@ -264,6 +264,32 @@ def test_module_parts_compiled_by_a_helper_process(monkeypatch, tmp_path, own_wo
   assert _optimized_here(g) == 0, "this process optimized nothing (LLVM keeps memory after each optimization)"
 
 
+def test_helpers_compile_while_codegen_goes_on(monkeypatch, tmp_path, own_workers):
+  """Modules go to an idle helper as soon as PARALLEL_MIN_BYTES of them are generated, not after the last kernel is
+  built; each helper holds one request at a time, and the objects come back in the kernels' order (the graph's
+  output matches eager in _transformer_graphs)."""
+  from torch_uop.runtime import cpu, executor
+  built, at_submit, in_flight = [0], [], []
+  original_build, original_submit, original_run = executor.build_kernel, cpu.CompileWorkers.submit, cpu.CompileWorkers._run
+  def counting_build(*a, **kw):
+    built[0] += 1
+    return original_build(*a, **kw)
+  def recording_submit(self, requests):
+    at_submit.append(built[0])
+    return original_submit(self, requests)
+  def one_at_a_time(self, proc, request, pending, i):
+    assert proc not in in_flight, "a helper was handed a second request before it answered the first"
+    in_flight.append(proc)
+    try: original_run(self, proc, request, pending, i)
+    finally: in_flight.remove(proc)
+  monkeypatch.setattr(executor, "build_kernel", counting_build)
+  monkeypatch.setattr(cpu.CompileWorkers, "submit", recording_submit)
+  monkeypatch.setattr(cpu.CompileWorkers, "_run", one_at_a_time)
+  g, workers = _transformer_graphs(monkeypatch, 2, tmp_path)
+  assert at_submit and at_submit[0] < built[0], (at_submit, built)
+  assert _optimized_here(g) == 0
+
+
 def test_a_helper_is_replaced_after_its_share_of_modules(monkeypatch, tmp_path, own_workers):
   from torch_uop.runtime import cpu
   monkeypatch.setattr(cpu.CompileWorkers, "RECYCLE_MODULES", 2)

@@ -4,8 +4,9 @@
 object (runtime/llvm_worker.py: O3 pipeline with loop and SLP vectorization, for the host CPU and its
 features), loads the objects into one MCJIT engine and exposes each kernel (name -> number of buffer
 arguments) as a ctypes function taking one `void*` per buffer and the bounds of its thread-split loop.
-llvmlite compiles one module at a time per process, so modules to compile go in batches, all but the first
-to helper processes (`CompileWorkers`, TORCH_UOP_COMPILE_WORKERS). `python_entry_ir` writes a launcher that Python calls as
+llvmlite compiles one module at a time per process, so modules to compile go in batches to helper processes
+(`CompileWorkers`, TORCH_UOP_COMPILE_WORKERS), as the caller hands them over (`ModuleCompiles`: the executor
+feeds it each kernel as soon as it is generated). `python_entry_ir` writes a launcher that Python calls as
 a builtin function (METH_FASTCALL) with the buffers' addresses as ints and that calls one kernel on the calling
 thread: about 0.1 µs a call, where a ctypes call costs 1 µs or more. Native objects are kept in the disk cache
 (runtime/cache.py): a later process with the same IR skips optimization and code generation
@@ -180,12 +181,14 @@ def parallel_entry_ir(entry: str, kernel: str, n_buffers: int, split_size: int |
 class CPUProgram:
   def __init__(self, source: str | list[str] | None, signatures: dict[str, int], opt_level: int = 3,
                entries: dict[str, str] | list[dict[str, str]] | None = None, disk_cache: bool = True,
-               object_code: list[bytes] | None = None):
+               object_code: list[bytes] | None = None, compiles: ModuleCompiles | None = None):
     """`source`: one module's IR, or a list of self-contained modules (parts) compiled side by side.
     `entries`: launcher name -> its IR (`python_entry_ir`, `parallel_entry_ir`), compiled with the kernels into
     builtins (`self.entries`); with several parts, one dict per part (a launcher goes with its kernel).
     `object_code`: the native objects this class made before (`self.object_code`, e.g. from the graph cache),
-    loaded without any LLVM IR; `source` and the entries' IR are then not needed (pass the entries' names)."""
+    loaded without any LLVM IR; `source` and the entries' IR are then not needed (pass the entries' names).
+    `compiles`: a ModuleCompiles the caller fed with the modules (each `module_text(part, its entries)`) while it
+    generated them; its objects are loaded, and `source` is not needed either."""
     sources = source if isinstance(source, list) else [source]
     entry_parts = entries if isinstance(entries, list) else [entries or {}]
     all_entries = {name: ir for part in entry_parts for name, ir in part.items()}
@@ -195,7 +198,11 @@ class CPUProgram:
       if object_code is not None:
         objects = list(object_code)
       else:
-        objects = self._compile(sources, opt_level, entry_parts, disk_cache)
+        if compiles is None:
+          compiles = ModuleCompiles(opt_level, disk_cache)
+          for src, part_entries in zip(sources, entry_parts): compiles.add(module_text(src, part_entries))
+        objects = compiles.objects()
+        self.objects_from_cache, self.optimized_ir = compiles.from_cache, compiles.optimized_ir
       self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
       for obj in objects: self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
       self.engine.finalize_object()
@@ -213,38 +220,69 @@ class CPUProgram:
         # the builtin holds this program (its `self`), so the code and the method table outlive it
         self.entries[name] = _new_builtin(ctypes.addressof(mdef), self, None)
 
-  def _compile(self, sources: list[str], opt_level: int, entry_parts: list[dict], disk_cache: bool) -> list[bytes]:
-    """Each module's native object: from the disk cache, or compiled. The modules to compile go in batches of
-    similar size to the helper processes; a batch is compiled here only when no helper is available or one fails.
-    (Optimizing here costs memory that is never given back: llvmlite's pass builder leaves LLVM's instrumentation
-    callbacks behind, about 80 KB per module; a helper's share goes when the helper is replaced.)"""
-    cpu_name, features, _ = target_id()
-    modules = []
-    for src, part_entries in zip(sources, entry_parts):
-      if part_entries:
-        src += "\ndeclare ptr @torch_uop_long_as_ptr(ptr)\n" + "\n".join(part_entries.values()) + "\n"
-        if any("@GOMP_parallel(" in e for e in part_entries.values()): src += "\n".join(_OPENMP_DECLS) + "\n"
-      modules.append(src)
-    keys = [cache.key(m, *target_id(), str(opt_level)) for m in modules]
-    objects = [cache.load(k) if disk_cache else None for k in keys]
-    todo = [i for i, o in enumerate(objects) if o is None]
-    self.objects_from_cache = len(modules) - len(todo)
-    workers = compile_workers()
-    batches = balanced_batches([(i, len(modules[i])) for i in todo], max(workers.n, 1))
-    pending = workers.submit([([modules[i] for i in batch], cpu_name, features, opt_level) for batch in batches])
-    optimized = []
-    with progress.steps("LLVM", len(todo), unit="module") as done:
-      for n, batch in enumerate(batches):
+def module_text(source: str, entries: dict[str, str]) -> str:
+  """One kernel module's IR with its launchers (`python_entry_ir`, `parallel_entry_ir`) and what they declare."""
+  if not entries: return source
+  source += "\ndeclare ptr @torch_uop_long_as_ptr(ptr)\n" + "\n".join(entries.values()) + "\n"
+  if any("@GOMP_parallel(" in e for e in entries.values()): source += "\n".join(_OPENMP_DECLS) + "\n"
+  return source
+
+
+class ModuleCompiles:
+  """Native objects of LLVM modules, compiled while the caller still generates the next ones. `add(text)` looks a
+  module up in the disk cache and otherwise queues it; queued modules go to an idle helper process as soon as they
+  make a batch of PARALLEL_MIN_BYTES of IR (a helper's round trip is paid per batch). `objects()` hands out the rest
+  in balanced batches, waits, compiles in this process what no helper took (or what one failed on), stores the new
+  objects in the disk cache and returns all of them in the order added.
+  (Optimizing here costs memory that is never given back: llvmlite's pass builder leaves LLVM's instrumentation
+  callbacks behind, about 80 KB per module; a helper's share goes when the helper is replaced.)"""
+
+  def __init__(self, opt_level: int, disk_cache: bool = True):
+    self.opt_level, self.disk_cache = opt_level, disk_cache
+    self.cpu_name, self.features, _ = target_id()
+    self.modules, self.keys, self.found = [], [], []
+    self.queued: list[int] = []
+    self.sent: list[tuple[list[int], _Pending, int]] = []  # (batch, its submit's replies, its place there)
+    self.from_cache, self.optimized_ir = 0, None
+    self.workers = compile_workers()
+
+  def add(self, text: str) -> None:
+    key = cache.key(text, *target_id(), str(self.opt_level))
+    obj = cache.load(key) if self.disk_cache else None
+    self.modules.append(text)
+    self.keys.append(key)
+    self.found.append(obj)
+    if obj is not None:
+      self.from_cache += 1
+      return
+    self.queued.append(len(self.modules) - 1)
+    if sum(len(self.modules[i]) for i in self.queued) >= PARALLEL_MIN_BYTES and self.workers.idle():
+      self._send([self.queued])
+      self.queued = []
+
+  def _send(self, batches: list[list[int]]) -> None:
+    pending = self.workers.submit([([self.modules[i] for i in b], self.cpu_name, self.features, self.opt_level) for b in batches])
+    self.sent += [(b, pending, n) for n, b in enumerate(batches)]
+
+  def objects(self) -> list[bytes]:
+    objects, optimized = list(self.found), []
+    with progress.steps("LLVM", len(self.queued) + sum(len(b) for b, _, _ in self.sent), unit="module") as done:
+      while self.queued or self.sent:
+        if self.queued and (self.workers.idle() or not self.sent):
+          self._send(balanced_batches([(i, len(self.modules[i])) for i in self.queued], max(self.workers.idle(), 1)))
+          self.queued = []
+          continue
+        batch, pending, n = self.sent.pop(0)
         objs = pending.result(n)
         for j, i in enumerate(batch):
           if objs is None:
-            obj, mod = compile_module(modules[i], cpu_name, features, opt_level)
+            obj, mod = compile_module(self.modules[i], self.cpu_name, self.features, self.opt_level)
             optimized.append(str(mod))
           else: obj = objs[j]
           objects[i] = obj
-          if disk_cache: cache.store(keys[i], obj)
+          if self.disk_cache: cache.store(self.keys[i], obj)
           done.update()
-    self.optimized_ir = "\n".join(optimized) if todo else None  # None: nothing was optimized in this process
+    if optimized: self.optimized_ir = "\n".join(optimized)  # None: nothing was optimized in this process
     return objects
 
 
@@ -298,6 +336,7 @@ class CompileWorkers:
   def __init__(self, n: int):
     self.n, self.pid, self.procs, self.failures = n, os.getpid(), [], 0
     self.compiled: dict = {}  # helper pid -> modules it compiled
+    self.busy: set = set()    # helpers with a request in flight (a request goes only to an idle one)
     self.lock = threading.Lock()
 
   def start(self) -> None:
@@ -312,13 +351,20 @@ class CompileWorkers:
           self.n = len(self.procs)
           break
 
+  def idle(self) -> int:
+    """How many helpers could take a request now (started or still to start)."""
+    with self.lock: return self.n - len(self.busy)
+
   def submit(self, requests: list) -> _Pending:
     pending = _Pending(len(requests))
     if requests and self.n: self.start()
-    idle = list(self.procs)
+    with self.lock:
+      idle = [p for p in self.procs if p not in self.busy]
+      taken = idle[-len(requests):] if requests else []
+      self.busy.update(taken)
     for i, request in enumerate(requests):
-      if not idle: break  # the rest no helper takes: result() answers None, and the caller compiles them
-      proc = idle.pop()
+      if not taken: break  # the rest no helper takes: result() answers None, and the caller compiles them
+      proc = taken.pop()
       t = threading.Thread(target=self._run, args=(proc, request, pending, i), daemon=True)
       pending.threads.append(t)
       t.start()
@@ -330,6 +376,7 @@ class CompileWorkers:
       reply = read_message(proc.stdout)
     except (OSError, ValueError, EOFError):
       reply = None
+    with self.lock: self.busy.discard(proc)
     if reply is not None and reply[0] == "ok":
       pending.objects[i] = reply[1]
       with self.lock:

@@ -39,7 +39,7 @@ from torch_uop.core.renderer.cstyle import launch_items
 from torch_uop.runtime.devices import Target, CPU
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
 from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported, parallel_entry_ir, openmp_supported, \
-    compile_workers
+    ModuleCompiles, module_text
 from torch_uop.runtime import threads
 from torch_uop.runtime.memory import advise_huge_pages, huge_page_advisor, HUGE_PAGE_MIN_BYTES
 from torch_uop import counters as _metrics, log, progress
@@ -200,46 +200,35 @@ class CompiledGraph:
           if isinstance(item, KernelItem):
             tuned[i] = beam_search(item, beam, opt_level, f"{name}_k{i}", target if gpu else None)
             done.update()
-    # the LLVM modules compile in helper processes (runtime/cpu.py): they start now, loading while codegen runs
-    if not gpu and any(isinstance(item, KernelItem) for item in sched.items): compile_workers().start()
     max_group, parallelism = (target.max_group(), target.parallelism()) if gpu else (0, 0)
-    with _Timer("codegen"), progress.steps(f"{name}: codegen", n_items) as done:
+    renderer = target.renderer() if gpu else None
+    # each CPU kernel is its own LLVM module, under a name derived from its code: a kernel seen before (in this graph,
+    # another graph or another size of it) is one function, and its native object comes from the disk cache. The
+    # modules compile in helper processes (runtime/cpu.py) while codegen goes on to the next kernels.
+    compiles = ModuleCompiles(opt_level) if not gpu and n_items else None
+    if compiles is not None: compiles.workers.start()  # the helpers load llvmlite while the first kernels are built
+    sources, symbols, work = [], {}, {}
+    modules: dict = {}  # symbol -> (IR, launchers' IR by name, number of buffers)
+    with progress.steps(f"{name}: codegen", n_items) as done:
       for i, item in enumerate(sched.items):
-        if isinstance(item, KernelItem):
-          kernels.append((item, build_kernel(item, f"{name}_k{i}", tuned.get(i), target.kind, max_group, parallelism,
-                                              target.vector_unit())))
-          done.update()
+        if not isinstance(item, KernelItem): continue
+        with _Timer("codegen"):
+          k = build_kernel(item, f"{name}_k{i}", tuned.get(i), target.kind, max_group, parallelism, target.vector_unit())
+        kernels.append((item, k))
+        with _Timer("render"):
+          src = renderer.render_kernel(k.name, k.program, k.buffers, k.local_size) if gpu else render_kernel(k)
+        sources.append(src)
+        work[k.name] = _kernel_work(k)
+        sym = symbols[k.name] = _kernel_symbol(k, src)
+        if sym not in modules:
+          modules[sym] = _gpu_module(k, sym, src) if gpu else _cpu_module(k, sym, src, work[k.name])
+          if compiles is not None: compiles.add(module_text(*modules[sym][:2]))
+        done.update()
     if vars_slot is not None:
       sched.buffers[vars_slot] = BufferInfo(vars_slot, (len(self.var_position),), dtypes.int64, "input")
-    renderer = target.renderer() if gpu else None
-    with _Timer("render"):
-      if gpu: sources = [renderer.render_kernel(k.name, k.program, k.buffers, k.local_size) for _, k in kernels]
-      else: sources = [render_kernel(k) for _, k in kernels]
     self.kernels = [k for _, k in kernels]
     self.sources = sources
     if debug >= 2 or _log.isEnabledFor(logging.DEBUG): self._log_kernels(sched, sources)
-    work = {k.name: _kernel_work(k) for _, k in kernels}
-    # each kernel is its own LLVM module, under a name derived from its code: a kernel seen before (in this graph,
-    # another graph or another size of it) is one function, and its native object comes from the disk cache
-    symbols = {k.name: _kernel_symbol(k, src) for (_, k), src in zip(kernels, sources)}
-    modules: dict = {}  # symbol -> (IR, launchers' IR by name, number of buffers)
-    for (_, k), src in zip(kernels, sources):
-      if gpu:
-        modules.setdefault(symbols[k.name], (src.replace(f" {k.name}(", f" {symbols[k.name]}(", 1), {}, len(k.buffers)))
-        continue
-      sym = symbols[k.name]
-      if sym in modules: continue
-      entries = {}
-      # a symbolic split size (or work) is known per call: such a kernel gets both launchers, which take the split
-      # size as an argument, and each instance picks (_make_plan)
-      symbolic = is_sym(k.split_size) or is_sym(work[k.name])
-      split = None if is_sym(k.split_size) else k.split_size
-      # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
-      if python_entries_supported() and (symbolic or work[k.name] < ENTRY_MAX_WORK):
-        entries[f"{sym}_py"] = python_entry_ir(f"{sym}_py", sym, len(k.buffers), None if split is None else max(split, 1))
-      if openmp_supported() and (symbolic or threads.max_threads(k.split_size, work[k.name]) > 1):
-        entries[f"{sym}_par"] = parallel_entry_ir(f"{sym}_par", sym, len(k.buffers), split)
-      modules[sym] = (src.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers))
     signatures = {sym: nbuf for sym, (_, _, nbuf) in modules.items()}
     program = None
     self.device_source = None  # a GPU-style target: the program's source (all kernels)
@@ -249,8 +238,7 @@ class CompiledGraph:
         program = target.program(self.device_source, list(modules))
     elif kernels:
       with _Timer("llvm"):
-        program = CPUProgram([ir for ir, _, _ in modules.values()], signatures, opt_level,
-                             [entries for _, entries, _ in modules.values()])
+        program = CPUProgram(None, signatures, opt_level, [entries for _, entries, _ in modules.values()], compiles=compiles)
       _metrics.state()["cache_hits"] += program.objects_from_cache
     _metrics.state()["kernels_compiled"] += len(kernels)
 
@@ -750,6 +738,26 @@ def _kernel_symbol(k, source: str) -> str:
   thread-split size (which its launchers bake in), so equal kernels share one function and one cached object."""
   code = source.replace(f"@{k.name}(", "@kernel(", 1).replace(f" {k.name}(", " kernel(", 1) + f"|split={k.split_size}"
   return "k_" + hashlib.sha256(code.encode()).hexdigest()[:24]
+
+
+def _gpu_module(k, sym: str, source: str) -> tuple:
+  """(the kernel's source under its symbol, no launchers, its number of buffers) for a GPU-style program."""
+  return source.replace(f" {k.name}(", f" {sym}(", 1), {}, len(k.buffers)
+
+
+def _cpu_module(k, sym: str, source: str, work) -> tuple:
+  """(the kernel's LLVM IR under its symbol, its launchers' IR by name, its number of buffers)."""
+  entries = {}
+  # a symbolic split size (or work) is known per call: such a kernel gets both launchers, which take the split
+  # size as an argument, and each instance picks (_make_plan)
+  symbolic = is_sym(k.split_size) or is_sym(work)
+  split = None if is_sym(k.split_size) else k.split_size
+  # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
+  if python_entries_supported() and (symbolic or work < ENTRY_MAX_WORK):
+    entries[f"{sym}_py"] = python_entry_ir(f"{sym}_py", sym, len(k.buffers), None if split is None else max(split, 1))
+  if openmp_supported() and (symbolic or threads.max_threads(k.split_size, work) > 1):
+    entries[f"{sym}_par"] = parallel_entry_ir(f"{sym}_par", sym, len(k.buffers), split)
+  return source.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers)
 
 
 def _kernel_work(k):
