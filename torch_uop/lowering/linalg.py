@@ -70,7 +70,7 @@ def matmul(a: LT, b: LT) -> LT:
 
 
 PANEL = 2 * VECTOR_UPCAST   # columns of b per packed panel: a whole register tile's width (core/opt.py)
-PACK_MIN_BYTES = 4 << 20    # a b this big is swept from memory by each tile of rows unless it is packed
+PACK_MIN_BYTES = 4 << 20    # a b this big is swept from memory by each tile of rows unless it is packed (32 registers)
 PACK_MIN_ROWS = 64          # enough rows that each panel is reused by several tiles (the copy costs one pass over b)
 TRANSPOSED_PACK_MIN_ROWS = 256  # ... and for x @ W.T on a CPU with 16 vector registers (below)
 TRANSPOSED_PACK_MIN_BYTES = SWEEP_CACHE_BYTES  # ... where a W past L2 (the size core/opt.py assumes) is packed too
@@ -88,14 +88,17 @@ def _packs(a: LT, b: LT) -> bool:
   rows (BERT at 128 tokens: 49.5 ms packed, 43.5 not, on a Zen 3). From those rows a W bigger than L2 is packed,
   not only a 4 MiB one: x (256 x 768 floats and more) no longer fits L2 beside it, and a 3x3 K-SIMD tile sweeps x
   from L3 once per 3 columns of W where a panel tile sweeps it once per PANEL (BERT at 512 tokens, whose 768 x 768
-  projections are 2.25 MiB: 115 -> 108 ms)."""
+  projections are 2.25 MiB: 115 -> 108 ms). On those CPUs a b laid out along N is packed from the same size: past
+  L2, its strip is fetched from L3 for every tile of rows (BERT-512's weight gradients dh.t() @ x, x 512 x 768:
+  1.5 MiB, 19 -> 13.4 ms)."""
   *batch, m, k = a.shape
   n = b.shape[-1]
   if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
   vectors = graph_vector_unit()
-  if _contiguous_along_k(b) and vectors is not None and vectors.registers < 32:
+  few_registers = vectors is not None and vectors.registers < 32
+  if _contiguous_along_k(b) and few_registers:
     return m >= TRANSPOSED_PACK_MIN_ROWS and k * n * b.dtype.itemsize >= TRANSPOSED_PACK_MIN_BYTES
-  return k * n * b.dtype.itemsize >= PACK_MIN_BYTES
+  return k * n * b.dtype.itemsize >= (SWEEP_CACHE_BYTES if few_registers else PACK_MIN_BYTES)
 
 
 TRANSPOSED_A_MIN_COLUMNS = 4 * VECTOR_UPCAST  # enough column tiles that each row strip of a is read several times
