@@ -112,7 +112,7 @@ def _copies_transposed_a(a: LT, b: LT) -> bool:
   transposing copy is one pass over a at vector speed (core/opt.py's transpose tiles)."""
   *_, m, k = a.shape
   n = b.shape[-1]
-  if any(map(is_sym, (m, k, n))) or not _transposed(a): return False
+  if graph_vector_unit() is None or any(map(is_sym, (m, k, n))) or not _transposed(a): return False  # a CPU's caches
   return m >= PACK_MIN_ROWS and k >= SHORT_REDUCE and n >= TRANSPOSED_A_MIN_COLUMNS
 
 
