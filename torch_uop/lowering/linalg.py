@@ -33,15 +33,9 @@ SHORT_REDUCE = 128  # a GEMM reducing over fewer elements than this gets its SIM
 PAD_N_MIN = 4 * VECTOR_UPCAST  # ... over N padded to whole vectors where N is at least this (the padding costs < 25%)
 
 
-def _contiguous_along_k(b: LT) -> bool:
-  """Whether b [.., K, N] is read contiguously along K (a transposed view, such as attention's k.transpose(-1, -2))."""
-  if b.uop.op is not Ops.VIEW or len(b.uop.arg.views) != 1: return False
-  strides = b.uop.arg.views[0].strides
-  return strides[-2] == 1 and strides[-1] != 1
-
-
-def _transposed(x: LT) -> bool:
-  """Whether x [.., R, C] is a view read contiguously down its columns (strides [.., 1, s]), e.g. dh.t()."""
+def _column_major(x: LT) -> bool:
+  """Whether x [.., R, C] is a view read contiguously down its columns (strides [.., 1, s]): a b read along K
+  (attention's k.transpose(-1, -2), nn.Linear's W.T), or an a read along M (a weight gradient's dh.t())."""
   if x.uop.op is not Ops.VIEW or len(x.uop.arg.views) != 1: return False
   strides = x.uop.arg.views[0].strides
   return strides[-2] == 1 and strides[-1] != 1
@@ -59,7 +53,7 @@ def matmul(a: LT, b: LT) -> LT:
   # sum than on its products: b laid out along N (one pass over it, N x K elements) gives SIMD along N instead. The
   # optimizer puts no SIMD on an axis with a partial last vector, so the copy pads N to whole vectors (ViT's 197
   # tokens: 208) and the result drops the padding columns.
-  if not any(map(is_sym, (k, n))) and k < SHORT_REDUCE and _contiguous_along_k(b):
+  if not any(map(is_sym, (k, n))) and k < SHORT_REDUCE and _column_major(b):
     if n % VECTOR_UPCAST == 0: b = b.contiguous()
     elif n >= PAD_N_MIN:
       padded = b.pad([(0, 0)] * (b.ndim - 1) + [(0, -n % VECTOR_UPCAST)]).contiguous()
@@ -96,7 +90,7 @@ def _packs(a: LT, b: LT) -> bool:
   if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
   vectors = graph_vector_unit()
   few_registers = vectors is not None and vectors.registers < 32
-  if _contiguous_along_k(b) and few_registers:
+  if _column_major(b) and few_registers:
     return m >= TRANSPOSED_PACK_MIN_ROWS and k * n * b.dtype.itemsize >= TRANSPOSED_PACK_MIN_BYTES
   return k * n * b.dtype.itemsize >= (SWEEP_CACHE_BYTES if few_registers else PACK_MIN_BYTES)
 
@@ -112,7 +106,7 @@ def _copies_transposed_a(a: LT, b: LT) -> bool:
   transposing copy is one pass over a at vector speed (core/opt.py's transpose tiles)."""
   *_, m, k = a.shape
   n = b.shape[-1]
-  if graph_vector_unit() is None or any(map(is_sym, (m, k, n))) or not _transposed(a): return False  # a CPU's caches
+  if graph_vector_unit() is None or any(map(is_sym, (m, k, n))) or not _column_major(a): return False  # a CPU's caches
   return m >= PACK_MIN_ROWS and k >= SHORT_REDUCE and n >= TRANSPOSED_A_MIN_COLUMNS
 
 
