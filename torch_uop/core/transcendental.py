@@ -5,7 +5,10 @@ which stops the loop vectorizer. This pattern matcher rewrites float32 `exp`, `e
 `log`, `log2`, `log10`, `log1p`, `sin`, `cos`, `atan`, `atan2`, `pow` and `erf` into range reduction,
 polynomials and exponent bits: the standard constructions (as in SLEEF, Cephes or musl), with coefficients
 fitted for this file (float64 least squares at Chebyshev points, reweighted towards minimax, rounded to
-float32 one coefficient at a time). sin and cos reduce |x| by pi/2 exactly at every size, in float64: Cody
+float32 one coefficient at a time). exp rounds x/ln2 to q by adding a large constant, whose low mantissa bits then
+hold q's exponent field (no float-to-int conversion), and scales by 2^q in two steps, or in one where the
+argument is known to be <= 0 (sigmoid's e^-|x|, softmax's e^-|x - max|, erf's e^-x^2). tanh is x + x^3 P(x^2)
+below 0.625 and 1 - 2 / (e^2|x| + 1) above, with the sign copied last. sin and cos reduce |x| by pi/2 exactly at every size, in float64: Cody
 and Waite's subtraction below 2^36, Payne and Hanek's product with the bits of 2/pi above. pow computes
 2^(y log2|x|) in float64. Both vectorize all the same.
 
@@ -61,24 +64,50 @@ _LN2_HI, _LN2_LO = 0.693145751953125, 1.428606765330187e-06  # ln2 in two parts:
 _INV_LN2 = 1.4426950408889634
 
 
-def exp_f32(x: UOp, base2: bool = False) -> UOp:
+# t + (1.5 * 2^23 + bias) rounds t (|t| < 2^22) to an integer in the float's low mantissa bits, with `bias` added:
+# those bits shifted into the exponent field give 2^(round(t) + bias - 127), with no conversion instruction and
+# defined for any t, NaN included
+def _rounded(t: UOp, bias: int) -> tuple[UOp, UOp]:
+  """(round(t) as float32, round(t) + bias in the low bits of an int32), for |t| < 2^22."""
+  rounder = _f(1.5 * 2 ** 23 + bias)
+  big = t + rounder
+  return big - rounder, _bits(big)
+
+
+def _exp_reduced(x: UOp, base2: bool, bias: int = 127) -> tuple[UOp, UOp]:
+  """e^x (2^x) = p * 2^q: (p on [sqrt(1/2), sqrt(2)], q + bias as _rounded gives it)."""
+  qf, biased = _rounded(x if base2 else x * _f(_INV_LN2), bias)
+  if base2: r = (x - qf) * _f(math.log(2))
+  else: r = (x - qf * _f(_LN2_HI)) - qf * _f(_LN2_LO)
+  return (r * r) * _poly(_EXP_POLY, r) + r + _f(1.0), biased
+
+
+def _exponent_field(biased: UOp) -> UOp:
+  """The float 2^(e - 127) for e in the low 8 bits of an int32 (the bits above shift out of the word)."""
+  return _float(biased.alu(Ops.SHL, _i(23)))
+
+
+def exp_f32(x: UOp, base2: bool = False, nonpositive: bool = False) -> UOp:
+  """`nonpositive`: x <= 0 or NaN (sigmoid's e^-|x|, softmax's e^(x - max)), so nothing overflows and 2^q needs
+  one scaling step."""
   hi, lo = (128.0, -150.0) if base2 else (88.72283935546875, -104.0)
   underflows = _lt(x, lo)
   # where the result is 0 anyway, compute at x = 0: the scaling below would otherwise make subnormal intermediates,
   # which Intel CPUs handle in microcode at a hundred cycles or more each (a masked softmax's exp(-inf))
   xs = underflows.where(_f(0.0), x)
-  t = xs if base2 else xs * _f(_INV_LN2)
-  qf = t.math("round")
-  if base2: r = (xs - qf) * _f(math.log(2))
-  else: r = (xs - qf * _f(_LN2_HI)) - qf * _f(_LN2_LO)
-  p = (r * r) * _poly(_EXP_POLY, r) + r + _f(1.0)
-  # scale by 2**q in two steps so results down to the smallest denormal stay exact
-  q = qf.maximum(_f(-160.0)).minimum(_f(160.0)).cast(I32)
-  q1 = q.alu(Ops.SHR, _i(1))
-  out = p * _pow2i(q1) * _pow2i(q - q1)
-  out = _lt(x, hi).where(out, _f(INF))
-  out = underflows.where(_f(0.0), out)
-  return _isnan(x).where(x, out)  # NaN in, NaN out
+  if nonpositive:
+    # q in [-150, 0]: p * 2^(q + 64) is exact and normal, and the product with 2^-64 rounds once, subnormals included
+    p, biased = _exp_reduced(xs, base2, bias=127 + 64)
+    out = p * _exponent_field(biased) * _f(2.0 ** -64)
+  else:
+    # q in [-150, 128]: two steps, 2^(e1 - 127) * 2^(e2 - 127) with e1 + e2 = q + 254 both in [52, 191], so results
+    # down to the smallest denormal come out of one rounding
+    p, biased = _exp_reduced(xs, base2)
+    half = biased.alu(Ops.SHR, _i(1))
+    out = p * _exponent_field(half + _i(64)) * _exponent_field(biased - half + _i(63))
+    out = _lt(_f(hi), x).where(_f(INF), out)
+  # NaN needs no test: it stays NaN through p, and both comparisons are false for it
+  return underflows.where(_f(0.0), out)
 
 
 # expm1(r) on [-ln2/2, ln2/2]: r + r^2 * (1/2 + r * P(r))
@@ -114,11 +143,14 @@ def tanh_f32(x: UOp) -> UOp:
   a = _abs(x)
   z = x * x
   small = x + x * (z * _poly(_TANH_POLY, z))
-  # tanh(a) = t / (t + 2) with t = e^(2a) - 1; a >= 9.5 rounds to 1
-  t = _expm1_core(_isnan(a).where(_f(0.0), a).minimum(_f(9.5)) * _f(2.0))
-  large = _div(t, t + _f(2.0)).math("copysign", x)
-  out = _lt(a, 0.625).where(small, large)
-  return (_isnan(x).alu(Ops.OR, _eq(x, 0.0))).where(x, out)
+  # tanh(a) = 1 - 2 / (e^(2a) + 1) for a >= 0.625, where that fraction is below 0.45, so the subtraction loses no
+  # precision; a >= 9.5 rounds to 1 (e^19 > 2^27)
+  u = a.minimum(_f(9.5)) * _f(2.0)
+  p, biased = _exp_reduced(u, base2=False)  # 1.25 <= u <= 19: 2^q is a normal number
+  e = p * _exponent_field(biased)
+  large = _f(1.0) - _div(_f(2.0), e + _f(1.0))
+  # NaN compares false both ways: it takes small's NaN. The sign comes last, so tanh(-0) is -0 (small's sum is +0)
+  return _lt(a, 0.625).alu(Ops.NOT).where(large, small).math("copysign", x)
 
 
 # ---- log, log2, log10, log1p
@@ -357,7 +389,7 @@ def erf_f32(x: UOp) -> UOp:
   small = x * _poly(_ERF_SMALL, x * x)
   # (the tail is computed at |x| <= 4 only: beyond, where erf is 1, e^(-x^2) would be subnormal, and slow)
   ta = a.minimum(_f(4.0))
-  tail = _f(1.0) - exp_f32(-(ta * ta)) * _poly(_ERFC_SCALED, ta.alu(Ops.RECIP))
+  tail = _f(1.0) - exp_f32(-(ta * ta), nonpositive=True) * _poly(_ERFC_SCALED, ta.alu(Ops.RECIP))
   tail = (a.alu(Ops.CMPLT, _f(4.0))).where(tail, _f(1.0))
   signed = x.alu(Ops.CMPLT, _f(0.0)).where(-tail, tail)
   out = a.alu(Ops.CMPLT, _f(1.0)).where(small, signed)
@@ -381,6 +413,9 @@ _UNARY_F32 = {
 }
 
 transcendental = PatternMatcher([
+  # sigmoid's e^-|x|
+  (UPat(Ops.MATH, dtype=F32, arg="exp", src=(UPat(Ops.NEG, src=(UPat(Ops.MATH, arg="abs"),), name="x"),)),
+   lambda x: exp_f32(x, nonpositive=True)),
   (UPat(Ops.CAST, dtype=dtypes.bfloat16, src=(UPat.var("x"),)),
    lambda x: cast_to_bfloat16(x) if x.dtype != dtypes.bfloat16 else None),
   *[(UPat(Ops.MATH, dtype=F32, arg=name, src=(UPat.var("x"),)), fn) for name, fn in _UNARY_F32.items()],
