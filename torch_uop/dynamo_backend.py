@@ -29,7 +29,7 @@ _freeze_log = log.get("freezing")
 
 # decompositions beyond core ATen that give simpler graphs for the lowerings
 _EXTRA_DECOMPS = [
-  aten._softmax, aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
+  aten._log_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data,
   aten.native_layer_norm, aten.native_layer_norm_backward, aten.native_batch_norm,
   aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit_no_training,
   aten.native_batch_norm_backward, aten.gelu, aten.gelu_backward,
@@ -45,7 +45,7 @@ _EXTRA_DECOMPS = [
 ]
 
 # ops torch_uop lowers whole: keep them out of the table even if core ATen decomposes them
-_KEEP_WHOLE = {aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
+_KEEP_WHOLE = {aten._softmax.default, aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
                aten.embedding_dense_backward.default, aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default,
                aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default, aten.avg_pool3d.default, aten.embedding.default,
                aten._scaled_dot_product_flash_attention_for_cpu.default, aten.index_add.default, aten.index_copy.default,

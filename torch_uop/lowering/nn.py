@@ -301,7 +301,10 @@ def sdpa_flash_cpu(ctx, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None,
     e = (s - m_safe.broadcast_to(s.shape)).exp()
     total = e.sum((-1,), keepdim=True)
     divisor = total.eq(0.0).where(1.0, total)        # ... and probabilities 0 (eager's output there is 0)
-    outs.append(matmul(e / divisor.broadcast_to(e.shape), v).cast(ctx.dtype_of(0)))
+    # normalized after the product, as eager's flash kernel does: lq x dv multiplies by the reciprocal (divisor >= 1)
+    # in place of lq x lk divisions
+    out = matmul(e, v)
+    outs.append((out * divisor.recip().broadcast_to(out.shape)).cast(ctx.dtype_of(0)))
     lses.append((m_safe + total.log()).squeeze_dims((-1,)).cast(ctx.dtype_of(1)))
   return concat(outs, -2), concat(lses, -1)
 

@@ -1,4 +1,4 @@
-"""Reduction lowerings: sum, mean, prod, amax/amin, max/min with indices, var, argmax/argmin, any/all.
+"""Reduction lowerings: sum, mean, prod, amax/amin, max/min with indices, var, argmax/argmin, any/all, softmax.
 
 Reductions accumulate in the computation dtype eager uses (float32 for half types, int64 for
 integer sums as `meta["val"]` says) and are cast to the result dtype at the end. Arg-reductions are
@@ -57,6 +57,19 @@ def amax(ctx, x, dims=(), keepdim=False):
   op = Ops.MAX if ctx.node.target is aten.amax.default else Ops.MIN
   if x.numel() == 0: return _empty_result(ctx)
   return x.reduce(op, _axes(x, dims), keepdim)
+
+
+@register(aten._softmax.default)
+def softmax(ctx, x, dim, half_to_float=False):
+  """max, exp(x - max), their sum, then each term times the sum's reciprocal, as eager's CPU kernel: the max's own
+  term makes the sum at least 1 (or NaN), so the reciprocal is finite, and a multiply costs a fraction of a division."""
+  if not x.dtype.is_float: raise Unsupported("softmax of a non-float tensor is an error in eager")
+  if x.numel() == 0: return LT.full(ctx.shape_of(0), 0, ctx.dtype)
+  axes = _axes(x, dim)
+  xf = x.cast(compute_dtype(x.dtype))
+  # x - max <= 0 (or NaN), written as -|x - max| so that exp knows it: no overflow test, one scaling step
+  e = (-(xf - xf.max(axes).broadcast_to(xf.shape)).math("abs")).exp()
+  return (e * e.sum(axes).recip().broadcast_to(e.shape)).cast(ctx.dtype)
 
 
 @register(aten.max.default, aten.min.default)
