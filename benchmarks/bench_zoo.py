@@ -524,6 +524,7 @@ def main(argv=None) -> int:
   ap.add_argument("--out", default=None, help="JSON path or a folder for it (default: benchmarks/results/zoo_<size>_<time>.json); the PNG goes next to it")
   ap.add_argument("--profile", metavar="MODEL", help="list torch_uop's kernels of MODEL by time instead of the benchmark")
   ap.add_argument("--mode", default="infer", choices=MODES, help="the mode --profile runs (default infer)")
+  ap.add_argument("--top", type=int, default=25, help="how many of the slowest steps --profile lists (default 25)")
   ap.add_argument("--worker", nargs=3, metavar=("MODEL", "MODE", "BACKEND"), help=argparse.SUPPRESS)
   ap.add_argument("--setup", metavar="BACKEND", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
@@ -532,7 +533,7 @@ def main(argv=None) -> int:
   if args.setup: return setup_entry(args)
   if args.profile:
     if args.profile not in zoo.ZOO: ap.error(f"unknown model {args.profile!r}; choose from {', '.join(zoo.ZOO)}")
-    return profile_main(args.profile, args.mode, args.size)
+    return profile_main(args.profile, args.mode, args.size, args.top)
   names = [n.strip() for n in args.only.split(",") if n.strip()]
   modes = [m.strip() for m in args.modes.split(",") if m.strip()]
   backends = [b.strip() for b in args.backends.split(",") if b.strip()]

@@ -469,7 +469,9 @@ TRANSPOSE_TILES = [
   ((2, 3, 40, 16), lambda k: k.transpose(-1, -2), (3, 2)),               # attention's k^T, heads kept
   ((1, 8, 8, 24), lambda x: x.permute(0, 3, 1, 2), (1, 3)),              # NHWC -> NCHW
   ((1, 24, 8, 8), lambda x: x.permute(0, 2, 3, 1), (2, 3)),              # NCHW -> NHWC
-  ((30, 64), lambda w: w.t(), None),                                     # 30 rows: the tile does not divide them
+  ((30, 64), lambda w: w.t(), (1, 0)),                                   # 30 rows: the last tile overlaps the one before
+  ((197, 36), lambda w: w.t(), (1, 0)),                                  # neither size divides (ViT's 197 tokens)
+  ((6, 64), lambda w: w.t(), None),                                      # 6 rows: shorter than a tile
   ((96, 64), lambda w: w.t().sin(), None),                               # heavy math per element
 ]
 

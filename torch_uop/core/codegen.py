@@ -192,10 +192,13 @@ def upcast_trips(size, factor: int):
 
 
 def _upcast_index(r: UOp, factor: int, offset: int, size) -> UOp:
-  """Position `offset` of tile r. In a partial last tile the positions past the end repeat the last one (clamped):
-  they load valid data and store the same value to the same place again, with no mask in the loop body."""
-  idx = r * _c(factor) + _c(offset)
-  return idx if upcast_trips(size, factor) * factor == size else idx.minimum(_c(size - 1))
+  """Position `offset` of tile r. Where factor does not divide size, the last tile starts early, at size - factor,
+  overlapping the one before it: its positions compute and store values that tile stored already (no kernel writes
+  a buffer it reads), and a tile's positions stay consecutive, so its loads and stores along the axis are still
+  vectors. An axis shorter than the factor clamps its positions past the end to the last one instead."""
+  if upcast_trips(size, factor) * factor == size: return r * _c(factor) + _c(offset)
+  if size >= factor: return (r * _c(factor)).minimum(_c(size - factor)) + _c(offset)
+  return (r * _c(factor) + _c(offset)).minimum(_c(size - 1))
 
 
 def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:

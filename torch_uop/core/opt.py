@@ -16,7 +16,7 @@
 output position is its own work-item (no upcast, no thread split) and long reductions with few outputs are grouped.
 `heuristic_opts` picks them from the kernel as first built: upcast the (at most two)
 output axes along which some load is invariant, when the kernel reduces (a register-blocking factor need not
-divide a constant axis: the last tile is then partial, its extra positions clamped). It reads shapes and index
+divide a constant axis: the last tile then overlaps the one before it). It reads shapes and index
 expressions only; it never runs anything. With symbolic sizes (core/sym.py) it reads the first call's
 sizes where it only estimates; an upcast needs a factor that divides its axis for every size the graph
 serves, so a symbolic axis is only the SIMD axis, under a guard (codegen's _divided_variables).
@@ -277,7 +277,7 @@ def _transpose_tile(out_shape: tuple, nodes: list, ranges: dict, all_ranges: lis
   (a transposing copy: packing x @ W.T's weight, attention's k.transpose(-1, -2), NHWC <-> NCHW) gets a square tile
   of `lanes` x `lanes` elements over those two axes, unrolled: LLVM turns it into `lanes` vector loads, a shuffle
   transpose in registers and `lanes` vector stores. Untiled, one of the two sides goes element by element (768 x 768
-  floats on a Zen 3: 4.6 -> 24 GB/s). Only ungated loads at constant strides, sizes the tile divides, and cheap
+  floats on a Zen 3: 4.6 -> 24 GB/s). Only ungated loads at constant strides, sizes of at least a tile, and cheap
   elements: at most TRANSPOSE_TILE_MAX_OPS value operations, no math function beyond CHEAP_MATH."""
   loads = [n for n in nodes if n.op is Ops.LOAD]
   stores = [n for n in nodes if n.op is Ops.STORE]
@@ -294,7 +294,8 @@ def _transpose_tile(out_shape: tuple, nodes: list, ranges: dict, all_ranges: lis
     load_axis = unit_axis(ld)
     if load_axis is None or load_axis == store_axis or stride_along(ld.src[1], ranges[store_axis], all_ranges) is None: continue
     sizes = (out_shape[load_axis], out_shape[store_axis])
-    if any(is_sym(x) or x % lanes for x in sizes): return []
+    # a size the tile does not divide ends with a tile overlapping the one before (codegen's _upcast_index)
+    if any(is_sym(x) or x < lanes for x in sizes): return []
     return sorted([(load_axis, lanes), (store_axis, lanes)])
   return []
 
