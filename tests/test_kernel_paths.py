@@ -494,6 +494,26 @@ def test_transposing_copy_is_tiled_square(shape, view, axes):
   assert all(f == 8 for _, f in kernel.opts.upcast)
 
 
+@pytest.mark.parametrize("shape,fn", [
+  ((197, 768), lambda x: x.sum(0)),                                   # a linear layer's bias gradient
+  ((3, 50, 64), lambda x: (x * x).sum(1)),                            # a middle axis, a product summed
+  ((40, 96), lambda x: x.amax(0)),                                    # a max: NaN propagates along each column
+])
+def test_column_reduction_is_simd_along_the_output(shape, fn):
+  """A reduction over an axis its loads cross with a stride, along an output axis they walk contiguously, runs SIMD
+  along that output axis (vector accumulators, one vector load per row) instead of one strided scalar chain per
+  output (core/opt.py heuristic_opts); NaN and Inf go through as in eager."""
+  torch.manual_seed(0)
+  x = torch.randn(shape)
+  x.view(-1)[[5, 70, 200]] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    out = torch.compile(fn, backend="uop", options=FRESH)(x)
+  torch.testing.assert_close(out, fn(x), equal_nan=True, rtol=1e-5, atol=1e-4)
+  (kernel,) = graphs[0].kernels
+  assert kernel.opts.vector_axis == x.dim() - 1  # (the kernel keeps the reduced axis, of size 1)
+
+
 @pytest.mark.parametrize("case,phases", [(CONV_CASES[11], 4), (CONV_CASES[12], 1), (CONV_CASES[1], 4)])
 def test_strided_input_gradient_computes_only_reachable_phases(monkeypatch, case, phases):
   """The input gradient of a strided convolution is one stride-1 convolution over the phases its kernel reaches

@@ -187,8 +187,8 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
         widths = (VECTOR_UPCAST,) if is_sym(size) else (2 * vectors.lanes, vectors.lanes)
         width = next((w for w in widths if _divisible(size, w, used_vars)), None)
         if width is None: continue
-        if contiguous_along(r, loads + stores) and any(not _depends_on(ld.src[1], r, cache) for ld in loads) \
-           and _guard_divisible(size, width, used_vars):
+        # (with no load invariant along the axis too: a column sum, bias gradients, adds vectors of rows)
+        if contiguous_along(r, loads + stores) and _guard_divisible(size, width, used_vars):
           upcast.append((axis, width)); vector_axis = axis
           break
     # register blocking: axes (innermost first) along which some load's address does not move; next to a SIMD axis,
