@@ -298,7 +298,7 @@ def sdpa_flash_cpu(ctx, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None,
     s = _attention_scores(q.slice(-2, *rows), k, attn_mask, is_causal, scale, rows, (0, lk))
     m = s.max((-1,), keepdim=True)
     m_safe = m.eq(-math.inf).where(0.0, m)           # rows with every score masked give 0, not NaN
-    e = (s - m_safe.broadcast_to(s.shape)).exp()
+    e = (-(s - m_safe.broadcast_to(s.shape)).math("abs")).exp()  # s - max <= 0: exp's cheaper form (as softmax's)
     total = e.sum((-1,), keepdim=True)
     divisor = total.eq(0.0).where(1.0, total)        # ... and probabilities 0 (eager's output there is 0)
     # normalized after the product, as eager's flash kernel does: lq x dv multiplies by the reciprocal (divisor >= 1)
