@@ -7,10 +7,10 @@ polynomials and exponent bits: the standard constructions (as in SLEEF, Cephes o
 fitted for this file (float64 least squares at Chebyshev points, reweighted towards minimax, rounded to
 float32 one coefficient at a time). exp rounds x/ln2 to q by adding a large constant, whose low mantissa bits then
 hold q's exponent field (no float-to-int conversion), and scales by 2^q in two steps, or in one where the
-argument is known to be <= 0 (sigmoid's e^-|x|, softmax's e^-|x - max|, erf's e^-x^2). tanh is x + x^3 P(x^2)
-below 0.625 and 1 - 2 / (e^2|x| + 1) above, with the sign copied last. sin and cos reduce |x| by pi/2 exactly at every size, in float64: Cody
-and Waite's subtraction below 2^36, Payne and Hanek's product with the bits of 2/pi above. pow computes
-2^(y log2|x|) in float64. Both vectorize all the same.
+argument is known to be <= 0 (sigmoid's e^-|x|, softmax's and attention's e^-|x - max|, erf's e^-x^2). tanh is
+x + x^3 P(x^2) below 0.625 and 1 - 2 / (e^2|x| + 1) above, with the sign copied last. sin and cos reduce |x| by
+pi/2 exactly at every size, in float64: Cody and Waite's subtraction below 2^36, Payne and Hanek's product
+with the bits of 2/pi above. pow computes 2^(y log2|x|) in float64. Both vectorize all the same.
 
 Each function takes the whole float32 range as C's libm does: NaN stays NaN; infinities, signed zeros,
 subnormal inputs and results, overflow and underflow come out as in libm. Worst errors against the exact
@@ -53,7 +53,12 @@ def _poly(coeffs: tuple, t: UOp) -> UOp:
 
 def _pow2i(q: UOp) -> UOp:
   """2**q for an int32 q in the normal exponent range, from its IEEE bits."""
-  return _float((q + _i(127)).alu(Ops.SHL, _i(23)))
+  return _exponent_field(q + _i(127))
+
+
+def _exponent_field(biased: UOp) -> UOp:
+  """The float 2^(e - 127) for e in the low 8 bits of an int32 (the bits above shift out of the word)."""
+  return _float(biased.alu(Ops.SHL, _i(23)))
 
 
 # ---- exp, exp2, expm1
@@ -80,11 +85,6 @@ def _exp_reduced(x: UOp, base2: bool, bias: int = 127) -> tuple[UOp, UOp]:
   if base2: r = (x - qf) * _f(math.log(2))
   else: r = (x - qf * _f(_LN2_HI)) - qf * _f(_LN2_LO)
   return (r * r) * _poly(_EXP_POLY, r) + r + _f(1.0), biased
-
-
-def _exponent_field(biased: UOp) -> UOp:
-  """The float 2^(e - 127) for e in the low 8 bits of an int32 (the bits above shift out of the word)."""
-  return _float(biased.alu(Ops.SHL, _i(23)))
 
 
 def exp_f32(x: UOp, base2: bool = False, nonpositive: bool = False) -> UOp:
