@@ -366,6 +366,18 @@ def linearize(sink: UOp, loop_order: tuple = ()) -> list[UOp]:
   program += outer_ranges
   inner = [n for n in nodes if n.op not in skip and not depends_on_reduce(n) and (rcache[n] & rset)]
   post = [n for n in nodes if n.op not in skip and depends_on_reduce(n) and n.op is not Ops.REDUCE]
+  if reduces:
+    # what only the epilogue reads (a bias or a running sum added to a GEMM's result) is loaded after the reduce
+    # loops: loaded before them, its values would hold registers the accumulators need through the whole loop
+    early, stack = set(), [*reduces, *inner]
+    while stack:
+      n = stack.pop()
+      if n not in early: early.add(n); stack.extend(n.src)
+    late = {n for n in pre if n not in early and n.op is not Ops.STORE}
+    if late:
+      pre = [n for n in pre if n not in late]
+      late |= set(post)
+      post = [n for n in nodes if n in late]
   program += [n for n in pre if n.op is not Ops.STORE]
   if reduces:
     accs = [UOp(Ops.DEFINE_ACC, r.dtype, (r,)) for r in reduces]
