@@ -8,10 +8,12 @@ expands into many operations runs as a kernel of its own). A reduction is realiz
 is read through a movement op (e.g. broadcast back, as in softmax), nested in another reduction,
 reduced over a different domain than the kernel's other reductions, or read by several kernels.
 
-Returns an ordered list of `KernelItem` / `FallbackItem` steps and the buffer table. It does not
-generate code (codegen.py does) or touch memory (the executor does).
+Returns an ordered list of `KernelItem` / `FallbackItem` steps (of the steps ready, the one that frees the most
+memory runs first: _memory_first_order) and the buffer table. It does not generate code (codegen.py does) or touch
+memory (the executor does).
 """
 from __future__ import annotations
+import math
 from dataclasses import dataclass, field
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort
 from torch_uop.core.dtypes import DType
@@ -240,6 +242,62 @@ def _kernel_reduces(root: UOp, realized: set, row_fusion: bool = False) -> tuple
   return fused, must_realize, rows
 
 
+def _step_inputs(step: UOp, realized: set) -> set:
+  """The steps whose results a step reads: the realized nodes and fallback-produced buffers at its region's edge."""
+  found, stack, seen = set(), list(step.src), set()
+  while stack:
+    n = stack.pop()
+    if n in seen: continue
+    seen.add(n)
+    if _is_buffer(n):
+      if n.src: found.add(n.src[0])  # a fallback's result
+    elif n in realized: found.add(n)
+    elif n.op not in (Ops.CONST, Ops.IOTA): stack.extend(n.src)
+  return found
+
+
+def _memory_first_order(nodes: list, realized: set, keep: set) -> list:
+  """The kernel and fallback steps in a dependency order that runs, of the steps ready, the one that frees the most
+  bytes net of what it allocates (it is the last reader of inputs; graph outputs in `keep` are never freed), then the
+  one that reads the most recently produced result, then the graph's own order. A step that only allocates waits
+  until it is needed, and a block's intermediates are consumed while they are still in the cache: attention's
+  backward by blocks runs each block's dq, dk and dv products right after its scores, not all of them after every
+  block. Fallback steps keep their relative order (each waits for the one before: torch's random generator is drawn
+  in graph order)."""
+  steps = [n for n in nodes if n.op is Ops.FALLBACK or (n in realized and not _is_buffer(n))]
+  index = {n: i for i, n in enumerate(steps)}
+  deps, readers = {}, {n: [] for n in steps}
+  previous_fallback = None
+  for n in steps:
+    deps[n] = {d for d in _step_inputs(n, realized) if d in index and d is not n}
+    if n.op is Ops.FALLBACK:
+      if previous_fallback is not None: deps[n].add(previous_fallback)
+      previous_fallback = n
+    for d in deps[n]: readers[d].append(n)
+  size = {n: 0 if n.op is Ops.FALLBACK else math.prod(hint(x) for x in n.shape) * n.dtype.itemsize for n in steps}
+  unrun_readers = {n: len(readers[n]) for n in steps}
+  waits = {n: len(deps[n]) for n in steps}
+  position: dict = {}
+  ready = [n for n in steps if not waits[n]]
+
+  def priority(n):
+    freed = sum(size[d] for d in deps[n] if unrun_readers[d] == 1 and d not in keep)
+    return (freed - size[n], max((position[d] for d in deps[n]), default=-1), -index[n])
+
+  order = []
+  while ready:
+    n = max(ready, key=priority)
+    ready.remove(n)
+    position[n] = len(order)
+    order.append(n)
+    for d in deps[n]: unrun_readers[d] -= 1
+    for r in readers[n]:
+      waits[r] -= 1
+      if not waits[r]: ready.append(r)
+  assert len(order) == len(steps), "the steps' dependencies have a cycle"
+  return order
+
+
 def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_strides: dict | None = None,
              row_fusion: bool = False, split_costly_epilogues: bool = False) -> Schedule:
   """roots: tensor nodes that must be in memory. input_slots: BUFFER node -> slot (given by the caller).
@@ -283,17 +341,18 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
 
   sched = Schedule(items=[])
   slot = first_free_slot
+  steps = _memory_first_order(nodes, realized, set(roots))
   for n in nodes:
     if _is_buffer(n):
       s = input_slots[n]
       sched.node_slot[n] = s
       sched.buffers[s] = BufferInfo(s, n.shape, n.dtype, 'fallback' if n.src else 'input')
-  for n in nodes:
+  for n in steps:
     if n.op is Ops.FALLBACK:
       # results nobody reads have no BUFFER among the nodes: they are computed and dropped
       outs = {b.arg[2]: sched.node_slot[b] for b in nodes if _is_buffer(b) and b.src and b.src[0] is n}
       sched.items.append(FallbackItem(n, [sched.node_slot[s] for s in n.src], dict(sorted(outs.items()))))
-    elif n in realized and not _is_buffer(n):
+    else:
       sched.node_slot[n] = slot
       sched.buffers[slot] = BufferInfo(slot, n.shape, n.dtype, 'intermediate', (root_strides or {}).get(n))
       sched.items.append(KernelItem(n, slot, sched.node_slot, sched.buffers, row_reduces=row_reduces[n]))

@@ -74,21 +74,20 @@ def cat(ctx, tensors, dim=0):
 
 
 def concat(parts: list, dim: int) -> LT:
-  """The tensors joined along `dim` (same dtype, same other sizes): each padded into place and selected where it lies."""
+  """The tensors joined along `dim` (same dtype, same other sizes): each padded into place and selected where it lies.
+  The selects nest with the first part outermost, so a graph walk reaches the parts in order (the scheduler's
+  tie-break among steps that read only inputs: a blocked computation's blocks run first to last)."""
   if len(parts) == 1: return parts[0]
   dim %= parts[0].ndim
   total = sum(t.shape[dim] for t in parts)
-  out, offset = None, 0
-  for t in parts:
-    n = t.shape[dim]
+  offsets = [0]
+  for t in parts[:-1]: offsets.append(offsets[-1] + t.shape[dim])
+  out = None
+  for t, offset in zip(reversed(parts), reversed(offsets)):
     pads = [(0, 0)] * t.ndim
-    pads[dim] = (offset, total - offset - n)
+    pads[dim] = (offset, total - offset - t.shape[dim])
     piece = t.pad(pads)
-    if out is None: out = piece
-    else:
-      inside = LT.full(t.shape, True, dtypes.bool).pad(pads)
-      out = inside.where(piece, out)
-    offset += n
+    out = piece if out is None else LT.full(t.shape, True, dtypes.bool).pad(pads).where(piece, out)
   return out
 
 

@@ -5,11 +5,13 @@ max and average pooling (and their backwards), adaptive pooling, and scaled dot-
 Both gradients of gathers are written as gathers plus sums rather than scatters, so they stay ordinary,
 race-free kernels: the embedding gradient sums each output row over the tokens equal to it, and
 the max-pool gradient visits, for each input position, the few output windows that can hold it.
-Attention with big score matrices runs by blocks of query rows (and key columns, in the backward), so
-that each block's scores stay in the cache between the kernels that write and read them.
+Attention with big score matrices runs by blocks of query rows, forward and backward, so that each block's
+scores stay in the cache between the kernels that write and read them.
 """
 from __future__ import annotations
+import functools
 import math
+import operator
 import torch
 from torch_uop.core.uop import Ops
 from torch_uop.core.dtypes import dtypes
@@ -261,16 +263,12 @@ def _attention_scores(q: LT, k: LT, attn_mask, is_causal: bool, scale, rows: tup
   return s
 
 
-# The attention scores of a block of query rows (for the backward's dk and dv, of key columns), all heads of the
-# batch, take about this many bytes, so that the matmul that writes them, the softmax over them and the matmul that
-# reads them run out of the cache instead of memory (UNet's 1024-token self-attention at 8 heads: 32 MiB of scores
-# unblocked; 24 -> 11 ms on a Zen 3). The blocks are kernels of their own, in order.
+# The attention scores of a block of query rows, all heads of the batch, take about this many bytes, so that the
+# matmul that writes them, the softmax over them and the matmul that reads them run out of the cache instead of
+# memory (UNet's 1024-token self-attention at 8 heads: 32 MiB of scores unblocked; 24 -> 11 ms on a Zen 3). The
+# blocks are kernels of their own, in order.
 ATTENTION_BLOCK_BYTES = 4 << 20
 ATTENTION_BLOCK_MIN = 32  # fewer rows per block and the kernels' fixed costs outweigh what the cache saves
-# The backward's blocks recompute the scores and dp (two more matmuls, 4 * head_dim FLOPs per score) to save about
-# ten passes over scores-sized buffers: worth it at a small head size only (UNet's 16: 80 -> 60-69 ms for the
-# attention's step; BERT's 64 at 512 tokens was slower blocked).
-ATTENTION_BACKWARD_BLOCK_MAX_HEAD = 32
 
 
 def _blocks(batch: tuple, length, across) -> list:
@@ -311,9 +309,12 @@ def sdpa_flash_cpu(ctx, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None,
 
 @register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def sdpa_flash_cpu_backward(ctx, grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, attn_mask=None, scale=None):
-  """Attention backward from the saved output and row log-sum-exp (the flash-attention identities): dq by blocks of
-  query rows, dk and dv by blocks of key columns, each block recomputing its probabilities (_blocks), at a head size
-  up to ATTENTION_BACKWARD_BLOCK_MAX_HEAD."""
+  """Attention backward from the saved output and row log-sum-exp (the flash-attention identities), in one pass over
+  blocks of query rows (_blocks): each block's probabilities and score gradients are computed once and give that
+  block's dq and its shares of dk and dv (sums over the query rows), which are added up after the last block. The
+  scheduler runs each block's products right after its scores (core/schedule.py), while they are in the cache.
+  (Before: dq by blocks of rows and dk, dv by blocks of keys, each recomputing its scores: UNet's 1024-token
+  attention step, 0.55x eager -> 1.0x on a Zen 3.)"""
   from torch_uop.lowering.linalg import matmul
   if dropout_p: raise Unsupported("attention dropout")
   acc = compute_dtype(q.dtype)
@@ -324,28 +325,21 @@ def sdpa_flash_cpu_backward(ctx, grad_out, q, k, v, out, logsumexp, dropout_p, i
   lse = logsumexp.cast(acc).unsqueeze(-1)                                 # [.., Lq, 1]
   lse = lse.eq(-math.inf).where(math.inf, lse)                            # a row masked whole: probabilities 0
   delta = (do * o).sum((-1,), keepdim=True)                               # [.., Lq, 1]
-
-  def block(rows, cols):  # probabilities and score gradients of query rows [rows) against keys [cols)
+  dq, dk_parts, dv_parts = [], [], []
+  for rows in _blocks(tuple(batch), lq, lk):
     qb, dob = q.slice(-2, *rows), do.slice(-2, *rows)
-    kb, vb = k.slice(-2, *cols), v.slice(-2, *cols)
-    s = _attention_scores(qb, kb, attn_mask, is_causal, scale, rows, cols)
+    s = _attention_scores(qb, k, attn_mask, is_causal, scale, rows, (0, lk))
     p = (s - lse.slice(-2, *rows).broadcast_to(s.shape)).exp()          # exp(-inf) = 0 where masked
-    dp = matmul(dob, vb.transpose(-1, -2))
-    return p, p * (dp - delta.slice(-2, *rows).broadcast_to(dp.shape))
-
-  def blocks(length, across):
-    return _blocks(tuple(batch), length, across) if d <= ATTENTION_BACKWARD_BLOCK_MAX_HEAD else [(0, length)]
-
-  dq = []
-  for rows in blocks(lq, lk):
-    _, ds = block(rows, (0, lk))
-    dq.append((matmul(ds, k) * scale).cast(ctx.dtype_of(0)))
-  dk, dv = [], []
-  for cols in blocks(lk, lq):
-    p, ds = block((0, lq), cols)
-    dv.append(matmul(p.transpose(-1, -2), do).cast(ctx.dtype_of(2)))
-    dk.append((matmul(ds.transpose(-1, -2), q) * scale).cast(ctx.dtype_of(1)))
-  return concat(dq, -2), concat(dk, -2), concat(dv, -2)
+    dp = matmul(dob, v.transpose(-1, -2))
+    ds = p * (dp - delta.slice(-2, *rows).broadcast_to(dp.shape)) * scale  # the scores' gradient times the scale
+    dq.append(matmul(ds, k).cast(ctx.dtype_of(0)))
+    # each block's share of dk and dv, transposed (do^T p, q^T ds: the block's probabilities are read row-major, along
+    # the keys, not transposed or copied), is a product of its own, summed and transposed back after the last block
+    # (added in each product's epilogue instead, the running sum's loads disturb LLVM's vectorization of the tile)
+    dv_parts.append(matmul(dob.transpose(-1, -2), p))
+    dk_parts.append(matmul(qb.transpose(-1, -2), ds))
+  dk, dv = (functools.reduce(operator.add, parts).transpose(-1, -2) for parts in (dk_parts, dv_parts))
+  return concat(dq, -2), dk.cast(ctx.dtype_of(1)), dv.cast(ctx.dtype_of(2))
 
 
 def _adaptive_mask(size: int, out: int) -> LT:
