@@ -447,7 +447,7 @@ def test_attention_by_blocks_of_rows(monkeypatch, case):
 
 def test_attention_backward_blocks_run_in_turn(monkeypatch):
   """The scheduler runs each backward block's products right after its probabilities (core/schedule.py
-  _memory_first_order), so the arena holds a few blocks' scores at a time, not every block's: in graph order the
+  _freeing_first_order), so the arena holds a few blocks' scores at a time, not every block's: in graph order the
   products of dk and dv would all run after the last block, with each block's probabilities and score gradients
   alive until then (1.06 MiB of arena here, against 0.39 MiB)."""
   from torch_uop.lowering import nn as lnn

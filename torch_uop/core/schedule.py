@@ -8,8 +8,8 @@ expands into many operations runs as a kernel of its own). A reduction is realiz
 is read through a movement op (e.g. broadcast back, as in softmax), nested in another reduction,
 reduced over a different domain than the kernel's other reductions, or read by several kernels.
 
-Returns an ordered list of `KernelItem` / `FallbackItem` steps (of the steps ready, the one that frees the most
-memory runs first: _memory_first_order) and the buffer table. It does not generate code (codegen.py does) or touch
+Returns an ordered list of `KernelItem` / `FallbackItem` steps (in graph order, except that a step that frees
+memory runs as soon as it can: _freeing_first_order) and the buffer table. It does not generate code (codegen.py does) or touch
 memory (the executor does).
 """
 from __future__ import annotations
@@ -242,34 +242,43 @@ def _kernel_reduces(root: UOp, realized: set, row_fusion: bool = False) -> tuple
   return fused, must_realize, rows
 
 
-def _step_inputs(step: UOp, realized: set) -> set:
-  """The steps whose results a step reads: the realized nodes and fallback-produced buffers at its region's edge."""
-  found, stack, seen = set(), list(step.src), set()
+def _step_inputs(step: UOp, realized: set) -> tuple[set, set]:
+  """What a step reads: the steps whose results it reads (the realized nodes and fallback-produced buffers at its
+  region's edge), and the graph's input buffers."""
+  found, inputs, stack, seen = set(), set(), list(step.src), set()
   while stack:
     n = stack.pop()
     if n in seen: continue
     seen.add(n)
     if _is_buffer(n):
       if n.src: found.add(n.src[0])  # a fallback's result
+      else: inputs.add(n)
     elif n in realized: found.add(n)
     elif n.op not in (Ops.CONST, Ops.IOTA): stack.extend(n.src)
-  return found
+  return found, inputs
 
 
-def _memory_first_order(nodes: list, realized: set, keep: set) -> list:
-  """The kernel and fallback steps in a dependency order that runs, of the steps ready, the one that frees the most
-  bytes net of what it allocates (it is the last reader of inputs; graph outputs in `keep` are never freed), then the
-  one that reads the most recently produced result, then the graph's own order. A step that only allocates waits
-  until it is needed, and a block's intermediates are consumed while they are still in the cache: attention's
-  backward by blocks runs each block's dq, dk and dv products right after its scores, not all of them after every
-  block. Fallback steps keep their relative order (each waits for the one before: torch's random generator is drawn
-  in graph order)."""
+def _freeing_first_order(nodes: list, realized: set, keep: set) -> list:
+  """The kernel and fallback steps in the graph's own (depth-first) order, except that a ready step runs as soon as it
+  is ready when it frees more bytes than it allocates (the last reader of a big input) or writes no more than the
+  results of other steps it reads (a product condensing them, an elementwise step replacing one), or is the last
+  step such a condensing step waits for; of those, the one
+  freeing most first, then the one reading the newest result. (Graph outputs, `keep`, are never freed and their own
+  bytes count as nothing allocated; a step reading only graph inputs condenses them if it writes fewer bytes.) A
+  block's intermediates are so consumed while they are still in the cache and
+  their buffers free early: attention's backward by blocks runs each block's products right after its scores, not
+  all of them after every block, which would keep every block's probabilities alive. A copy of a graph input (a
+  weight's packing) keeps its place. Fallback steps keep their relative order (each waits for the one
+  before: torch's random generator is drawn in graph order)."""
   steps = [n for n in nodes if n.op is Ops.FALLBACK or (n in realized and not _is_buffer(n))]
   index = {n: i for i, n in enumerate(steps)}
   deps, readers = {}, {n: [] for n in steps}
   previous_fallback = None
+  input_bytes = {}
   for n in steps:
-    deps[n] = {d for d in _step_inputs(n, realized) if d in index and d is not n}
+    found, inputs = _step_inputs(n, realized)
+    deps[n] = {d for d in found if d in index and d is not n}
+    input_bytes[n] = sum(hint(b.shape[0]) * b.dtype.itemsize for b in inputs)
     if n.op is Ops.FALLBACK:
       if previous_fallback is not None: deps[n].add(previous_fallback)
       previous_fallback = n
@@ -278,23 +287,30 @@ def _memory_first_order(nodes: list, realized: set, keep: set) -> list:
   unrun_readers = {n: len(readers[n]) for n in steps}
   waits = {n: len(deps[n]) for n in steps}
   position: dict = {}
-  ready = [n for n in steps if not waits[n]]
+  ready = {n for n in steps if not waits[n]}
 
-  def priority(n):
+  allocated = {n: 0 if n in keep else size[n] for n in steps}
+  condenses = {n: allocated[n] <= sum(size[d] for d in deps[n]) if deps[n] else allocated[n] < input_bytes[n]
+               for n in steps}
+
+  def gain(n):  # (whether to run it now, the bytes it frees net of what it allocates, the newest result it reads)
     freed = sum(size[d] for d in deps[n] if unrun_readers[d] == 1 and d not in keep)
-    return (freed - size[n], max((position[d] for d in deps[n]), default=-1), -index[n])
+    now = freed > allocated[n] or condenses[n] or any(waits[r] == 1 and condenses[r] for r in readers[n])
+    return (now, freed - allocated[n], max((position[d] for d in deps[n]), default=-1), -index[n])
 
-  order = []
-  while ready:
-    n = max(ready, key=priority)
-    ready.remove(n)
-    position[n] = len(order)
-    order.append(n)
-    for d in deps[n]: unrun_readers[d] -= 1
-    for r in readers[n]:
+  order, next_in_graph_order = [], 0
+  while len(order) < len(steps):
+    best = max(ready, key=gain, default=None)
+    if best is None or not gain(best)[0]:
+      while steps[next_in_graph_order] in position: next_in_graph_order += 1
+      best = steps[next_in_graph_order]  # every step before it has run: it is ready
+    ready.discard(best)
+    position[best] = len(order)
+    order.append(best)
+    for d in deps[best]: unrun_readers[d] -= 1
+    for r in readers[best]:
       waits[r] -= 1
-      if not waits[r]: ready.append(r)
-  assert len(order) == len(steps), "the steps' dependencies have a cycle"
+      if not waits[r]: ready.add(r)
   return order
 
 
@@ -341,7 +357,7 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
 
   sched = Schedule(items=[])
   slot = first_free_slot
-  steps = _memory_first_order(nodes, realized, set(roots))
+  steps = _freeing_first_order(nodes, realized, set(roots))
   for n in nodes:
     if _is_buffer(n):
       s = input_slots[n]

@@ -19,6 +19,7 @@ from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.lowering.movement import concat
 from torch_uop.core.sym import is_sym
+from torch_uop.core.opt import VECTOR_UPCAST
 
 aten = torch.ops.aten
 
@@ -325,6 +326,7 @@ def sdpa_flash_cpu_backward(ctx, grad_out, q, k, v, out, logsumexp, dropout_p, i
   lse = logsumexp.cast(acc).unsqueeze(-1)                                 # [.., Lq, 1]
   lse = lse.eq(-math.inf).where(math.inf, lse)                            # a row masked whole: probabilities 0
   delta = (do * o).sum((-1,), keepdim=True)                               # [.., Lq, 1]
+  keys_transposed = not is_sym(lk) and lk % VECTOR_UPCAST == 0
   dq, dk_parts, dv_parts = [], [], []
   for rows in _blocks(tuple(batch), lq, lk):
     qb, dob = q.slice(-2, *rows), do.slice(-2, *rows)
@@ -333,12 +335,18 @@ def sdpa_flash_cpu_backward(ctx, grad_out, q, k, v, out, logsumexp, dropout_p, i
     dp = matmul(dob, v.transpose(-1, -2))
     ds = p * (dp - delta.slice(-2, *rows).broadcast_to(dp.shape)) * scale  # the scores' gradient times the scale
     dq.append(matmul(ds, k).cast(ctx.dtype_of(0)))
-    # each block's share of dk and dv, transposed (do^T p, q^T ds: the block's probabilities are read row-major, along
-    # the keys, not transposed or copied), is a product of its own, summed and transposed back after the last block
-    # (added in each product's epilogue instead, the running sum's loads disturb LLVM's vectorization of the tile)
-    dv_parts.append(matmul(dob.transpose(-1, -2), p))
-    dk_parts.append(matmul(qb.transpose(-1, -2), ds))
-  dk, dv = (functools.reduce(operator.add, parts).transpose(-1, -2) for parts in (dk_parts, dv_parts))
+    # each block's share of dk and dv is a product of its own, summed after the last block (added in each product's
+    # epilogue instead, the running sum's loads disturb LLVM's vectorization of the tile). Where the keys fill whole
+    # vectors the shares are computed transposed (do^T p, q^T ds), SIMD along the keys, reading the block's
+    # probabilities row-major where p^T @ do would read them down their columns or copy them transposed first
+    if keys_transposed:
+      dv_parts.append(matmul(dob.transpose(-1, -2), p))
+      dk_parts.append(matmul(qb.transpose(-1, -2), ds))
+    else:
+      dv_parts.append(matmul(p.transpose(-1, -2), dob))
+      dk_parts.append(matmul(ds.transpose(-1, -2), qb))
+  dk, dv = (functools.reduce(operator.add, parts) for parts in (dk_parts, dv_parts))
+  if keys_transposed: dk, dv = dk.transpose(-1, -2), dv.transpose(-1, -2)
   return concat(dq, -2), dk.cast(ctx.dtype_of(1)), dv.cast(ctx.dtype_of(2))
 
 
