@@ -259,16 +259,15 @@ def _step_inputs(step: UOp, realized: set) -> tuple[set, set]:
 
 
 def _freeing_first_order(nodes: list, realized: set, keep: set) -> list:
-  """The kernel and fallback steps in the graph's own (depth-first) order, except that a ready step runs as soon as it
-  is ready when it frees more bytes than it allocates (the last reader of a big input) or writes no more than the
-  results of other steps it reads (a product condensing them, an elementwise step replacing one), or is the last
-  step such a condensing step waits for; of those, the one
-  freeing most first, then the one reading the newest result. (Graph outputs, `keep`, are never freed and their own
-  bytes count as nothing allocated; a step reading only graph inputs condenses them if it writes fewer bytes.) A
-  block's intermediates are so consumed while they are still in the cache and
-  their buffers free early: attention's backward by blocks runs each block's products right after its scores, not
-  all of them after every block, which would keep every block's probabilities alive. A copy of a graph input (a
-  weight's packing) keeps its place. Fallback steps keep their relative order (each waits for the one
+  """The kernel and fallback steps in the graph's own (depth-first) order, except that a ready step runs at once
+  when it frees more bytes than it allocates (the last reader of a big input), writes no more than the results of
+  other steps it reads (a product condensing them, an elementwise step replacing one), or is the last step such a
+  condensing step waits for; of those, the one freeing most first, then the one reading the newest result. (Graph
+  outputs, `keep`, are never freed and their own bytes count as nothing allocated; a step reading only graph inputs
+  condenses them if it writes fewer bytes.) A block's intermediates are so consumed while they are still in the
+  cache and their buffers free early: attention's backward by blocks runs each block's products right after its
+  scores, not all of them after every block, which would keep every block's probabilities alive. A copy of a graph
+  input (a weight's packing) keeps its place. Fallback steps keep their relative order (each waits for the one
   before: torch's random generator is drawn in graph order)."""
   steps = [n for n in nodes if n.op is Ops.FALLBACK or (n in realized and not _is_buffer(n))]
   index = {n: i for i, n in enumerate(steps)}
