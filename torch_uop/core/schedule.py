@@ -245,17 +245,9 @@ def _kernel_reduces(root: UOp, realized: set, row_fusion: bool = False) -> tuple
 def _step_inputs(step: UOp, realized: set) -> tuple[set, set]:
   """What a step reads: the steps whose results it reads (the realized nodes and fallback-produced buffers at its
   region's edge), and the graph's input buffers."""
-  found, inputs, stack, seen = set(), set(), list(step.src), set()
-  while stack:
-    n = stack.pop()
-    if n in seen: continue
-    seen.add(n)
-    if _is_buffer(n):
-      if n.src: found.add(n.src[0])  # a fallback's result
-      else: inputs.add(n)
-    elif n in realized: found.add(n)
-    elif n.op not in (Ops.CONST, Ops.IOTA): stack.extend(n.src)
-  return found, inputs
+  edge = {s for n in _region(step, realized) | {step} for s in n.src if s in realized or _is_buffer(s)}
+  found = {b.src[0] if _is_buffer(b) else b for b in edge if not _is_buffer(b) or b.src}  # a fallback's result
+  return found, {b for b in edge if _is_buffer(b) and not b.src}
 
 
 def _freeing_first_order(nodes: list, realized: set, keep: set) -> list:

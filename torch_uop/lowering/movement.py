@@ -75,8 +75,8 @@ def cat(ctx, tensors, dim=0):
 
 def concat(parts: list, dim: int) -> LT:
   """The tensors joined along `dim` (same dtype, same other sizes): each padded into place and selected where it lies.
-  The selects nest with the first part outermost, so a graph walk reaches the parts in order (the scheduler's
-  tie-break among steps that read only inputs: a blocked computation's blocks run first to last)."""
+  The selects nest with the first part outermost, so a graph walk reaches the parts in order (the scheduler keeps
+  the graph's depth-first order: a blocked computation's blocks run first to last)."""
   if len(parts) == 1: return parts[0]
   dim %= parts[0].ndim
   total = sum(t.shape[dim] for t in parts)
