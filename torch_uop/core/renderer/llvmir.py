@@ -4,15 +4,17 @@ The function takes one pointer per buffer (`ptr noalias`), in Kernel.buffers ord
 `[lo, hi)` of its thread-split loop (see core/opt.py). Loops are
 rendered with their counters and accumulators in allocas; LLVM's mem2reg/SROA turn them into
 phis, and its loop passes vectorize. Elementwise ops are table-driven: `_BINARY` for instructions,
-`MATH_FUNCTIONS` for intrinsics and libm calls. Bool is i1 in registers and i8 in memory.
+`MATH_FUNCTIONS` for intrinsics and libm calls. Bool is i1 in registers and i8 in memory. The one place it writes
+vectors itself is a transposing tile (renderer/transpose.py): vector loads, shuffles, and for a plain copy vector stores.
 It does not compile or run anything.
 """
 from __future__ import annotations
 import math
 import struct
-from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.codegen import reduce_identity
+from torch_uop.core.renderer.transpose import find_transpose_tiles, butterfly_masks
 
 LLVM_TYPE = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.int32: "i32",
@@ -135,9 +137,22 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
   scalar_loops = {u for u in program if u.op is Ops.RANGE and (u.arg[1] in ("reduce_serial", "loop") or serial or
                                                                (innermost_simd and u not in innermost))}
   forced = _forced_simd_loops(program, scalar_loops)
+  tile_loads = find_transpose_tiles(program)
+  columns: dict = {}  # TransposeTile -> its transposed vectors' names
+  vector_store_at: dict = {}  # the last store of a run stored as one vector -> (tile, column, the run)
+  position = {u: i for i, u in enumerate(program)} if tile_loads else {}
+  for tile in {id(at.tile): at.tile for at in tile_loads.values()}.values():
+    for j, run in tile.vector_stores.items(): vector_store_at[max(run, key=position.__getitem__)] = (tile, j, run)
+  vector_stored = {s for _, _, run in vector_store_at.values() for s in run}
   for u in program:
     op = u.op
-    if op is Ops.DEFINE_GLOBAL:
+    if u in f.names and op in ELEMENTWISE: continue  # an index a transpose tile computed early
+    if op is Ops.LOAD and u in tile_loads:
+      at = tile_loads[u]
+      if at.tile not in columns: columns[at.tile] = _render_transpose(f, at.tile)
+      f.names[u] = f.tmp()
+      f.emit(f"{f.names[u]} = extractelement <{at.tile.lanes} x {LLVM_TYPE[u.dtype]}> {columns[at.tile][at.column]}, i32 {at.lane}")
+    elif op is Ops.DEFINE_GLOBAL:
       f.names[u] = f"%b{arg_of[u.arg]}"
     elif op is Ops.DEFINE_LOCAL:
       f.allocas.append(f"%l{u.arg[0]} = alloca [{u.arg[1]} x {'i8' if u.dtype.is_bool else LLVM_TYPE[u.dtype]}], align 64")
@@ -246,6 +261,13 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
         f.emit(f"{b} = icmp ne i8 {val}, 0")
         val = b
       f.names[u] = val
+    elif op is Ops.STORE and u in vector_stored:
+      if u in vector_store_at:
+        tile, j, run = vector_store_at[u]
+        t = LLVM_TYPE[u.src[2].dtype]
+        ptr = f.tmp()
+        f.emit(f"{ptr} = getelementptr inbounds {t}, ptr {f.value(run[0].src[0])}, i64 {f.value(run[0].src[1])}")
+        f.emit(f"store <{tile.lanes} x {t}> {columns[tile][j]}, ptr {ptr}, align {u.src[2].dtype.itemsize}")
     elif op is Ops.STORE:
       buf, idx, val = u.src
       v = f.value(val)
@@ -268,6 +290,36 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
           f"!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.mustprogress\"}}\n"
           f"!2 = distinct !{{!2, !1, !3}}\n!3 = !{{!\"llvm.loop.vectorize.enable\", i1 false}}\n"
           f"!4 = distinct !{{!4, !1, !5}}\n!5 = !{{!\"llvm.loop.vectorize.enable\", i1 true}}\n")
+
+
+def _render_transpose(f: _Function, tile) -> list:
+  """A transpose tile's rows as vector loads, transposed by shuffles (renderer/transpose.py): the names of the
+  transposed vectors, vector j holding position j of every row."""
+  t = LLVM_TYPE[tile.rows[0].dtype]
+  vt = f"<{tile.lanes} x {t}>"
+  vectors = []
+  for row in tile.rows:
+    _ensure_rendered(f, row.src[1])
+    ptr, vec = f.tmp(), f.tmp()
+    f.emit(f"{ptr} = getelementptr inbounds {t}, ptr {f.value(row.src[0])}, i64 {f.value(row.src[1])}")
+    f.emit(f"{vec} = load {vt}, ptr {ptr}, align {tile.rows[0].dtype.itemsize}")
+    vectors.append(vec)
+  for stage in butterfly_masks(tile.lanes):
+    new = list(vectors)
+    for i, j, low, high in stage:
+      for dst, mask in ((i, low), (j, high)):
+        new[dst] = f.tmp()
+        m = ", ".join(f"i32 {c}" for c in mask)
+        f.emit(f"{new[dst]} = shufflevector {vt} {vectors[i]}, {vt} {vectors[j]}, <{tile.lanes} x i32> <{m}>")
+    vectors = new
+  return vectors
+
+
+def _ensure_rendered(f: _Function, u: UOp) -> None:
+  """Render an index expression (arithmetic over values already rendered) ahead of its place in the program."""
+  if u.op is Ops.CONST or u in f.names: return
+  for s in u.src: _ensure_rendered(f, s)
+  f.names[u] = _render_alu(f, u)
 
 
 FORCED_SIMD_MIN_FLOAT_OPS = 16  # an elementwise kernel with this much float math per element vectorizes whatever it reads
