@@ -154,20 +154,20 @@ def test_gemm_loop_order_streams_the_big_operand_once(m, k, n, columns_outer):
 
 @pytest.mark.parametrize("m,k,n,packed", [(64, 128, 8192, True), (97, 256, 4096, True), (64, 128, 8160, False),
                                           (32, 128, 8192, False), (256, 128, 8192, True), (256, 512, 1024, False),
-                                          (197, 192, 768, False), (64, 768, 768, False)])
+                                          (197, 192, 768, False), (64, 768, 768, False), (128, 896, 2048, False)])
 @pytest.mark.parametrize("transposed", [False, True], ids=["x@W", "x@W.T"])
 def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
   """x @ W with W [K, N] bigger than linalg.PACK_MIN_BYTES (GPT-2's Conv1D layers; on a CPU with 16 vector registers,
   bigger than SWEEP_CACHE_BYTES), or x @ W.T with W [N, K]
   (nn.Linear), reads W through panels of linalg.PANEL columns copied contiguous, when N is whole panels and there are
-  rows enough to reuse them (for x @ W.T on a CPU with 16 vector registers: from linalg.PACK_MIN_ROWS a W within
-  SWEEP_CACHE_BYTES or a K of at most SHORT_REDUCE_PER_ROW times the rows, from TRANSPOSED_PACK_MIN_ROWS a W of
-  TRANSPOSED_PACK_MIN_BYTES); the result, a fused epilogue and the gradients match eager either way."""
+  rows enough to reuse them (for x @ W.T on a CPU with 16 vector registers: from linalg.PACK_MIN_ROWS rows, a W
+  within SWEEP_CACHE_BYTES, a K of at most SHORT_REDUCE_PER_ROW times the rows or an x past SWEEP_CACHE_BYTES); the
+  result, a fused epilogue and the gradients match eager either way."""
   from torch_uop.runtime.cpu import vector_unit
   if transposed and vector_unit().registers < 32:
-    within_l2, short_k = k * n * 4 <= linalg.SWEEP_CACHE_BYTES, k <= linalg.SHORT_REDUCE_PER_ROW * m
-    big_enough = m >= linalg.TRANSPOSED_PACK_MIN_ROWS and (packed or k * n * 4 >= linalg.TRANSPOSED_PACK_MIN_BYTES)
-    packed = m >= linalg.PACK_MIN_ROWS and n % linalg.PANEL == 0 and (within_l2 or short_k or big_enough)
+    w_within_l2, x_past_l2 = k * n * 4 <= linalg.SWEEP_CACHE_BYTES, m * k * 4 > linalg.SWEEP_CACHE_BYTES
+    short_k = k <= linalg.SHORT_REDUCE_PER_ROW * m
+    packed = m >= linalg.PACK_MIN_ROWS and n % linalg.PANEL == 0 and (w_within_l2 or short_k or x_past_l2)
   elif vector_unit().registers < 32:  # x @ W there packs from SWEEP_CACHE_BYTES, not PACK_MIN_BYTES
     packed = m >= linalg.PACK_MIN_ROWS and n % linalg.PANEL == 0 and k * n * 4 >= linalg.SWEEP_CACHE_BYTES
   torch.manual_seed(0)

@@ -66,41 +66,34 @@ def matmul(a: LT, b: LT) -> LT:
 PANEL = 2 * VECTOR_UPCAST   # columns of b per packed panel: a whole register tile's width (core/opt.py)
 PACK_MIN_BYTES = 4 << 20    # a b this big is swept from memory by each tile of rows unless it is packed (32 registers)
 PACK_MIN_ROWS = 64          # enough rows that each panel is reused by several tiles (the copy costs one pass over b)
-TRANSPOSED_PACK_MIN_ROWS = 256  # ... and for x @ W.T on a CPU with 16 vector registers, where W is big (below)
-TRANSPOSED_PACK_MIN_BYTES = SWEEP_CACHE_BYTES  # ... where a W past L2 (the size core/opt.py assumes) is packed too
-SHORT_REDUCE_PER_ROW = 4  # ... and from PACK_MIN_ROWS, a W within L2 or a K at most this many times the rows
+SHORT_REDUCE_PER_ROW = 6   # x @ W.T with 16 vector registers: packed where K is at most this many times the rows (below)
 
 
 def _packs(a: LT, b: LT) -> bool:
   """Whether x @ b reads a big b [K, N] through packed panels. Laid out along N, a register tile walks b down a
   column strip of PANEL floats, one row of K at a time; when b's rows are far apart, the strip's lines collide in the
   cache's sets (a row of 3072 floats is 12 KiB: every row maps to the same few sets), so the strip is fetched again
-  from memory for every tile of rows. Packed, each strip is K x PANEL contiguous floats and stays in L2. Laid out
-  along K (x @ W.T), the panels trade SIMD along K, with a horizontal sum per output and a scalar epilogue, for the
-  same N-wide vector tiles (the copy then transposes). With 16 vector registers (AVX2) that trade is even: a 3x3
-  K-SIMD tile loads 6 vectors per 9 FMAs, a 6-row panel tile 8 per 12 (core/opt.py VectorUnit), so the transposing
-  copy (2 passes over b, about 4 * GFLOP/s / (M * GB/s) of the GEMM's time: 15% at 128 rows) pays for a big W only
-  with many rows (BERT at 128 tokens: 49.5 ms packed, 43.5 not, on a Zen 3). From those rows a W bigger than L2 is packed,
-  not only a 4 MiB one: x (256 x 768 floats and more) no longer fits L2 beside it, and a 3x3 K-SIMD tile sweeps x
-  from L3 once per 3 columns of W where a panel tile sweeps it once per PANEL (BERT at 512 tokens, whose 768 x 768
-  projections are 2.25 MiB: 115 -> 108 ms). From PACK_MIN_ROWS rows the transposing copy pays where it is cheap
-  beside what it saves: each output of the K-SIMD tile ends in a horizontal sum and a scalar epilogue, a cost per
-  output that a short K does not amortize, while the copy costs a pass over W. So W is packed where it fits L2, or where
-  K is at most SHORT_REDUCE_PER_ROW times the rows (one process, hot caches, eager / K-SIMD / packed, ms: DeiT-tiny's
-  fc1 197 x 192 x 768 0.38 / 0.50 / 0.38, ViT-base's 197 x 768 x 768 1.46 / 1.62 / 1.42, 77 x 512 x 512 0.33 / 0.38 /
-  0.33; where neither holds the copy costs more than it saves: 64 x 768 x 768 0.47 / 0.52 packed, 128 x 576 x 1536
-  1.38 / 1.44). On those CPUs a b laid out along N is packed from the same size: past
-  L2, its strip is fetched from L3 for every tile of rows (BERT-512's weight gradients dh.t() @ x, x 512 x 768:
-  1.5 MiB, 19 -> 13.4 ms)."""
+  from memory for every tile of rows. Packed, each strip is K x PANEL contiguous floats and stays in L2. On a CPU
+  with 16 vector registers (AVX2) a b laid out along N is packed from SWEEP_CACHE_BYTES (past L2 its strip is
+  fetched from L3 for every tile of rows: BERT-512's weight gradients dh.t() @ x, x 512 x 768, 19 -> 13.4 ms).
+
+  Laid out along K (x @ W.T), the panels replace SIMD along K for the same N-wide vector tiles, at the cost of a
+  transposing copy of W (one pass, renderer/transpose.py). With 16 vector registers the K-SIMD tile is 3x3: each
+  output ends in a horizontal sum and a scalar epilogue, a cost per output that a short K does not amortize, and the
+  tile sweeps x once per 3 columns of W where a panel tile sweeps it once per PANEL. There, from PACK_MIN_ROWS rows,
+  W is packed where it fits L2 (the copy is cheap), where K is at most SHORT_REDUCE_PER_ROW times the rows, or where x
+  is past L2. Hot caches, one process, K-SIMD / packed ms on a Zen 3: DeiT-tiny's fc1 197 x 192 x 768 0.50 / 0.38,
+  ViT-base's 197 x 768 x 768 1.62 / 1.42, BERT's 128 x 768 x 768 1.01 / 0.91 and 128 x 3072 x 768 4.94 / 4.78;
+  where none holds the copy costs more than it saves: 64 x 768 x 768 0.47 / 0.50, Qwen2's 128 x 896 x 4864 8.1 /
+  8.7. With 32 registers (4x4 K-SIMD tiles) W is packed from PACK_MIN_BYTES like a b laid out along N."""
   *batch, m, k = a.shape
   n = b.shape[-1]
   if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
   vectors = graph_vector_unit()
   few_registers = vectors is not None and vectors.registers < 32
   if _column_major(b) and few_registers:
-    w_bytes = k * n * b.dtype.itemsize
-    if w_bytes <= SWEEP_CACHE_BYTES or k <= SHORT_REDUCE_PER_ROW * m: return True
-    return m >= TRANSPOSED_PACK_MIN_ROWS and w_bytes >= TRANSPOSED_PACK_MIN_BYTES
+    size = b.dtype.itemsize
+    return k * n * size <= SWEEP_CACHE_BYTES or k <= SHORT_REDUCE_PER_ROW * m or m * k * size > SWEEP_CACHE_BYTES
   return k * n * b.dtype.itemsize >= (SWEEP_CACHE_BYTES if few_registers else PACK_MIN_BYTES)
 
 
