@@ -107,6 +107,14 @@ def _split_terms(x: UOp) -> list[UOp]:
   return _split_terms(x.src[0]) + _split_terms(x.src[1]) if x.op is Ops.ADD else [x]
 
 
+def base_and_offset(index: UOp) -> tuple[tuple, int]:
+  """An index as (its non-constant addends, in a canonical order; the sum of its constant addends): indices with the
+  same addends are their offsets' difference apart (the renderers' vector accesses group consecutive ones)."""
+  terms = _split_terms(index)
+  base = tuple(sorted((t for t in terms if t.op is not Ops.CONST), key=id))
+  return base, sum(t.arg for t in terms if t.op is Ops.CONST)
+
+
 def _factor(t: UOp):
   """term -> (coefficient, base) with base None for constants."""
   if t.op is Ops.CONST: return t.arg, None

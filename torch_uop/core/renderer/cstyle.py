@@ -314,22 +314,13 @@ class CStyleRenderer:
   def vector_groups(self, program: list[UOp]) -> tuple[dict, dict]:
     """Accesses of 4 consecutive elements of one buffer (an upcast along a contiguous axis) done as one vector
     access: ({LOAD: (its group in program order, its lane)}, {STORE: its group for the first, [] for the others})."""
-    from torch_uop.core.symbolic import simplify
+    from torch_uop.core.symbolic import simplify, base_and_offset
     width = self.VECTOR_WIDTH
-
-    def split(idx: UOp):  # index = (the multiset of its non-constant terms) + constant offset
-      terms, stack, offset = [], [idx], 0
-      while stack:
-        x = stack.pop()
-        if x.op is Ops.ADD: stack += x.src
-        elif x.op is Ops.CONST: offset += x.arg
-        else: terms.append(x)
-      return tuple(sorted(terms, key=id)), offset
 
     def groups(accesses: list, dtype_of) -> list[list]:
       by_base: dict = {}
       for a in accesses:
-        terms, offset = split(a.src[1])
+        terms, offset = base_and_offset(a.src[1])
         by_base.setdefault((a.src[0], dtype_of(a), terms), {})[offset] = a
       out = []
       for (_, _, base), at in by_base.items():

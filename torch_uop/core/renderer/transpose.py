@@ -16,6 +16,7 @@ value is the same element read through a vector.
 from __future__ import annotations
 from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE
+from torch_uop.core.symbolic import base_and_offset
 
 VECTOR_BYTES = 32  # one AVX register: 8 floats, 4 doubles
 _BOUNDARIES = (Ops.RANGE, Ops.ENDRANGE, Ops.BREAK_UNLESS)
@@ -40,23 +41,12 @@ class TileLoad:
   lane: int     # which element of it (which run)
 
 
-def _terms(index: UOp) -> tuple:
-  """index as (the non-constant addends of its ADD tree, in a canonical order; the sum of its constant addends)."""
-  terms, const, stack = [], 0, [index]
-  while stack:
-    u = stack.pop()
-    if u.op is Ops.ADD: stack.extend(u.src)
-    elif u.op is Ops.CONST: const += u.arg
-    else: terms.append(u)
-  return tuple(sorted(terms, key=id)), const
-
-
 def _runs(accesses: list, lanes: int) -> dict:
   """{access: (run id, position)} for accesses grouped into runs of `lanes` consecutive elements (a group's sorted
   offsets cut into whole runs; a group that is not whole runs of consecutive offsets gives none)."""
   groups: dict = {}
   for a in accesses:
-    terms, off = _terms(a.src[1])
+    terms, off = base_and_offset(a.src[1])
     groups.setdefault((a.src[0], terms), []).append((off, a))
   out: dict = {}
   for members in groups.values():
@@ -143,9 +133,9 @@ def _stores_apart(store_run: list, stretch: list) -> bool:
   """Whether a store run may be written at once where its last store stands: the stretch reads nothing from its
   buffer, and every store to that buffer in the stretch indexes from the same terms (so distinct constants are
   distinct addresses)."""
-  buf, terms = store_run[0].src[0], _terms(store_run[0].src[1])[0]
-  return all(not (u.op is Ops.LOAD and u.src[0] is buf) and not (u.op is Ops.STORE and u.src[0] is buf and
-                                                                   _terms(u.src[1])[0] != terms) for u in stretch)
+  buf, terms = store_run[0].src[0], base_and_offset(store_run[0].src[1])[0]
+  return all(not (u.op is Ops.LOAD and u.src[0] is buf) and
+             not (u.op is Ops.STORE and u.src[0] is buf and base_and_offset(u.src[1])[0] != terms) for u in stretch)
 
 
 def _store_runs(stores: list, lanes: int) -> list:
