@@ -72,11 +72,13 @@ def _expansion(view: UOp) -> int:
   return factor
 
 
-def _recompute_cost(node: UOp, realized: set) -> int:
-  """Rough cost of recomputing an unrealized elementwise expression once (libm calls weigh most)."""
+def _recompute_cost(node: UOp, realized: set, touched: set) -> int:
+  """Rough cost of recomputing an unrealized elementwise expression once (libm calls weigh most). Adds the nodes
+  whose realization would change it to `touched`."""
   cost, stack, seen = 0, [node], set()
   while stack:
     n = stack.pop()
+    touched.add(n)
     if n in seen or n in realized or _is_buffer(n) or n.op in (Ops.CONST, Ops.IOTA): continue
     seen.add(n)
     if n.op is Ops.REDUCE_AXIS: continue  # realized on its own under a broadcast anyway
@@ -192,9 +194,10 @@ def _row_reduction(node: UOp, domain: tuple) -> bool:
   return node.src[0].shape == domain and bool(axes) and tuple(axes) == tuple(range(nd - len(axes), nd))
 
 
-def _kernel_reduces(root: UOp, realized: set, row_fusion: bool = False) -> tuple[list, set, list]:
+def _kernel_reduces(root: UOp, realized: set, row_fusion: bool, touched: set) -> tuple[list, set, list]:
   """Walk one kernel's region. Returns the reductions it would fuse, those that must be realized, and (with
-  row_fusion) those it computes once per row (_broadcast_back)."""
+  row_fusion) those it computes once per row (_broadcast_back). Adds to `touched` every node whose realization
+  would change that answer (realized only grows, so the answer holds while none of them is realized)."""
   fused, must_realize, rows = [], set(), []
   # (node, read through a movement op, inside a reduction, the domain an elementwise path from here reaches back
   # to, the domain whose row statistics an elementwise path from here computes)
@@ -205,6 +208,7 @@ def _kernel_reduces(root: UOp, realized: set, row_fusion: bool = False) -> tuple
     if item in seen: continue
     seen.add(item)
     node, under_view, under_reduce, domain, row_of = item
+    touched.add(node)
     if node is not root and (node in realized or _is_buffer(node)): continue
     if node.op is Ops.REDUCE_AXIS and row_of is not None and _row_reduction(node, row_of):
       if node not in rows: rows.append(node)
@@ -219,6 +223,7 @@ def _kernel_reduces(root: UOp, realized: set, row_fusion: bool = False) -> tuple
       if node not in fused: fused.append(node)
       stack.append((node.src[0], False, True, (node.src[0].shape, frozenset(node.arg[1])) if row_fusion else None, None))
       continue
+    if node.op is Ops.VIEW: touched.add(node.src[0])  # (both branches below ask whether it is realized)
     if node.op is Ops.VIEW and domain is not None and _broadcast_back(node, domain[0], realized, domain[1]):
       stack.append((node.src[0], under_view, under_reduce, None, domain[0]))
       continue
@@ -226,7 +231,7 @@ def _kernel_reduces(root: UOp, realized: set, row_fusion: bool = False) -> tuple
       src = node.src[0]
       factor = _expansion(node)
       if factor > 1 and src not in realized and not _is_buffer(src):
-        cost = _recompute_cost(src, realized)
+        cost = _recompute_cost(src, realized, touched)
         # an operand of a reduction read many times over (a GEMM prologue: relu(h) @ W) is worth a pass of its own
         # whatever it costs: a register tile recomputes it in its inner loop, once per tile of the other axis
         if cost * min(factor, 64) > 8 * MAX_BROADCAST_RECOMPUTE or (under_reduce and cost and factor >= MIN_REDUCE_REUSE):
@@ -321,12 +326,17 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
     if n.op is Ops.CONTIGUOUS: realized.add(n)
   # fixpoint: realize reductions that cannot be fused where they are read, and expensive expressions read
   # through a broadcast (e.g. an activation feeding a matmul, recomputed once per output column otherwise)
+  walks: dict = {}  # kernel root -> (its _kernel_reduces answer, the nodes it depends on), kept while those stay unrealized
+  added: set = set()
   while True:
     reach_count: dict = {}
     new = set()
     row_reduces: dict = {}  # kernel root -> its row reductions, as this pass found them (the last pass's are final)
     for r in [n for n in nodes if n in realized]:
-      fused, must, rows = _kernel_reduces(r, realized, row_fusion)
+      if r not in walks or not walks[r][1].isdisjoint(added):
+        touched: set = set()
+        walks[r] = (_kernel_reduces(r, realized, row_fusion, touched), touched)
+      fused, must, rows = walks[r][0]
       new |= must
       row_reduces[r] = frozenset(rows)
       for f in rows: reach_count[f] = reach_count.get(f, 0) + 1
@@ -345,6 +355,7 @@ def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_str
     new -= realized
     if not new: break
     realized |= new
+    added = new
 
   sched = Schedule(items=[])
   slot = first_free_slot
