@@ -38,7 +38,7 @@ def check_cuda_source(graphs: list) -> None:
   renderer = CUDARenderer()
   # graphs of separate compiles in one test may reuse kernel names: each gets its graph's index
   names = {(i, k.name): f"g{i}_{k.name}" for i, g in enumerate(graphs) for k in g.kernels}
-  functions = [renderer.render_kernel(names[i, k.name], k.program, k.buffers, k.local_size)
+  functions = [renderer.render_kernel(names[i, k.name], k.program, k.argument_ids, k.local_size)
                for i, g in enumerate(graphs) for k in g.kernels]
   if not functions: return
   ptx = compile_ptx(renderer.program_source(functions), "compute_80")

@@ -387,3 +387,35 @@ def test_bfloat16_narrowing_that_llvm_leaves_to_a_library_call():
   torch._dynamo.reset()
   out = torch.compile(lambda x: x.exponential_(0.5), backend="uop")(x.clone())
   assert out.dtype == torch.bfloat16 and out.shape == x.shape and bool((out >= 0).all()) and bool(out.isfinite().all())
+
+
+def test_kernels_of_one_structure_are_built_once(monkeypatch):
+  """Layers that differ only in their weights share one built and rendered kernel, launched with each layer's own
+  buffers; kernels that read an input with other strides are built each for itself."""
+  built = []
+  real_build = executor.build_kernel
+  monkeypatch.setattr(executor, "build_kernel", lambda item, name, *a, **k: built.append(name) or real_build(item, name, *a, **k))
+  torch.manual_seed(0)
+  params = [torch.randn(48, 48) for _ in range(3)] + [torch.randn(48) for _ in range(3)]
+
+  def mlp(x, *params):
+    for w, b in zip(params[0:3], params[3:6]): x = torch.tanh(x @ w + b)
+    return x
+  x = torch.randn(16, 48)
+  g = torch_uop.debug.compile_graph(mlp, x, *params)
+  torch.testing.assert_close(g(x, *params)[0], mlp(x, *params), rtol=1e-4, atol=1e-4)
+  groups: dict = {}
+  for k, src in zip(g.kernels, g.sources): groups.setdefault(src.replace(f"@{k.name}(", "@k("), []).append(k)
+  assert max(len(ks) for ks in groups.values()) >= 3  # one per layer
+  for ks in groups.values():
+    assert ks[0].name in built
+    assert len({tuple(k.buffers) for k in ks}) == len(ks)  # each launched with its own buffers
+  # (x @ w, then + b and tanh, per layer) the first product reads the graph input, the others an intermediate: of six
+  # kernels, the first three are built
+  assert built == [k.name for k in g.kernels[:3]] and len(g.kernels) == 6
+
+  built.clear()
+  a, b = torch.randn(32, 32), torch.randn(32, 32)
+  g = torch_uop.debug.compile_graph(lambda a, b, c: (a * 2 + b, a * 2 + c), a, b, b.t())
+  for out, want in zip(g(a, b, b.t()), (a * 2 + b, a * 2 + b.t())): torch.testing.assert_close(out, want)
+  assert len(g.kernels) == 2 and built == [k.name for k in g.kernels]

@@ -26,18 +26,19 @@ class TestSnapshots(expecttest.TestCase):
     g = build(lambda x, y: (x + y).relu(), x, y, name="add_relu")
     self.assertEqual(len(g.kernels), 1)
     k = g.kernels[0]
-    self.assertEqual(k.buffers, [2, 0, 1])  # output first, then the inputs by slot
+    self.assertEqual(k.buffers, [2, 0, 1])  # output first, then the inputs as its expression reads them
+    self.assertEqual(k.argument_ids, [0, 1, 2])  # the AST numbers them by argument (codegen.canonical_item)
     self.assertExpectedInline(pretty(k.ast), """\
-%0 = DEFINE_GLOBAL:float32() 2
+%0 = DEFINE_GLOBAL:float32() 0
 %1 = CONST:int64() 4
 %2 = RANGE:int64(%1) (0, 'split')
 %3 = CONST:int64() 5
 %4 = MUL:int64(%2, %3)
 %5 = RANGE:int64(%3) (1, 'global')
 %6 = ADD:int64(%4, %5)
-%7 = DEFINE_GLOBAL:float32() 0
+%7 = DEFINE_GLOBAL:float32() 1
 %8 = LOAD:float32(%7, %6)
-%9 = DEFINE_GLOBAL:float32() 1
+%9 = DEFINE_GLOBAL:float32() 2
 %10 = LOAD:float32(%9, %6)
 %11 = ADD:float32(%8, %10)
 %12 = CONST:float32() 0.0
@@ -102,10 +103,10 @@ attributes #0 = { nounwind }
     g = build(lambda x: x.sum(-1), x, name="row_sum")
     self.assertEqual(len(g.kernels), 1)
     self.assertExpectedInline(pretty(g.kernels[0].ast), """\
-%0 = DEFINE_GLOBAL:float32() 1
+%0 = DEFINE_GLOBAL:float32() 0
 %1 = CONST:int64() 4
 %2 = RANGE:int64(%1) (0, 'split')
-%3 = DEFINE_GLOBAL:float32() 0
+%3 = DEFINE_GLOBAL:float32() 1
 %4 = CONST:int64() 5
 %5 = MUL:int64(%2, %4)
 %6 = RANGE:int64(%4) (101, 'reduce')
@@ -175,7 +176,7 @@ attributes #0 = { nounwind }
     g = build(lambda x: F.pad(x.flip(1), (1, 0)) * 2, x, name="pad_flip")
     self.assertEqual(len(g.kernels), 1)
     self.assertExpectedInline(pretty(g.kernels[0].ast), """\
-%0 = DEFINE_GLOBAL:float32() 1
+%0 = DEFINE_GLOBAL:float32() 0
 %1 = CONST:int64() 3
 %2 = RANGE:int64(%1) (0, 'split')
 %3 = CONST:int64() 5
@@ -184,7 +185,7 @@ attributes #0 = { nounwind }
 %6 = ADD:int64(%4, %5)
 %7 = CONST:int64() 1
 %8 = CMPLE:bool(%7, %5)
-%9 = DEFINE_GLOBAL:float32() 0
+%9 = DEFINE_GLOBAL:float32() 1
 %10 = CONST:int64() 4
 %11 = MUL:int64(%2, %10)
 %12 = CONST:int64() -1

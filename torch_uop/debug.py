@@ -101,7 +101,7 @@ def kernel_work(graph) -> dict:
   from torch_uop.runtime.executor import _nbytes, profile_key
   plan = getattr(graph, "plan", None)
   if plan is None: return {}
-  counted = {k.name: _ast_counts(k.ast) for k in graph.kernels}
+  counted = {k.name: _ast_counts(k) for k in graph.kernels}
   work = {}
   for kind, step in plan.steps:
     if kind != "kernel": continue
@@ -125,14 +125,14 @@ def kernel_ops(graph) -> dict:
   return {profile_key(step): (step.what or "").split("[")[0] for kind, step in plan.steps if kind == "kernel"}
 
 
-def _ast_counts(ast) -> tuple[dict, int | None]:
-  """({buffer slot: elements its loads fetch per call}, FLOPs per call or None without reductions) of a kernel AST.
+def _ast_counts(kernel) -> tuple[dict, int | None]:
+  """({buffer slot: elements its loads fetch per call}, FLOPs per call or None without reductions) of a kernel's AST.
   A node runs once per iteration of the loops it depends on (codegen hoists it out of the others; a reduction's
   result no longer depends on the loops it reduces over, so softmax's sum runs once per row, not per element); a
   loop whose trip count is symbolic or data counts once."""
   import math
   from torch_uop.core.uop import Ops
-  nodes = ast.toposort()
+  nodes = kernel.ast.toposort()
   ranges: dict = {}
   for u in nodes:
     deps = frozenset().union(*(ranges[s] for s in u.src)) | ({u} if u.op is Ops.RANGE else frozenset())
@@ -149,4 +149,5 @@ def _ast_counts(ast) -> tuple[dict, int | None]:
     if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL: loads[u.src[0].arg] = loads.get(u.src[0].arg, 0) + runs(u)
   reduces = [u for u in nodes if u.op is Ops.REDUCE]
   flops = sum((2 if u.arg is Ops.ADD and is_product(u.src[0]) else 1) * runs(u.src[0]) for u in reduces) if reduces else None
-  return loads, flops
+  slot_of = dict(zip(kernel.argument_ids, kernel.buffers))  # the AST numbers buffers by argument id
+  return {slot_of[i]: n for i, n in loads.items()}, flops

@@ -13,7 +13,8 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite, substitute
+import dataclasses
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite, substitute, _const_key
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
@@ -47,6 +48,12 @@ class Kernel:
   opts: KernelOpts = None
   split_size: int = 0      # iterations of the thread-split loop (0: the kernel has none); a core.sym.Sym if symbolic
   local_size: int = 0      # GPU-style devices: work-items per group of a grouped reduction (0: not grouped)
+  # the DEFINE_GLOBAL ids of ast and program in argument order, where they are not the slots in `buffers` (a kernel
+  # built once for items of one structure, `canonical_item`); renderers number arguments by these
+  buffer_ids: list | None = None
+
+  @property
+  def argument_ids(self) -> list: return self.buffers if self.buffer_ids is None else self.buffer_ids
 
 
 class _Evaluator:
@@ -255,6 +262,51 @@ def _cache_row_values(ast: UOp) -> UOp:
   if not mapping: return ast
   ast = substitute(ast, mapping)
   return ast.replace(src=ast.src + tuple(stores))
+
+
+def canonical_item(item: KernelItem) -> tuple[tuple, KernelItem, dict] | None:
+  """(structure, the item with its buffers renumbered, canonical id -> slot), or None for an item with symbolic sizes.
+
+  Items of one structure (the same expression over buffers of the same shapes, strides and dtypes: each layer of a
+  transformer) differ only in their slots. Renumbered in the order a walk of the root first meets them (the output
+  0), they are one item, whose kernel is built and rendered once and launched with each item's slots. The structure
+  is that walk's list of nodes, each with its children's positions in the list; the walk stops where the kernel
+  loads, at realized nodes. (Symbolic sizes are left out: their comparisons may record guards.)"""
+  if item.size_vars is not None: return None
+  ids = {item.out_slot: 0}
+  out = item.buffers[item.out_slot]
+  entries: list = [(out.shape, out.strides, out.dtype)]
+  index: dict = {}
+  stack = [(item.root, False)]
+  while stack:
+    u, expanded = stack.pop()
+    if u in index: continue
+    if u is not item.root and u in item.realized:
+      slot = item.realized[u]
+      if slot not in ids: ids[slot] = len(ids)
+      info = item.buffers[slot]
+      entry = ("load", ids[slot], u.op is Ops.BUFFER, u.dtype, u.shape, info.shape, info.strides, info.dtype)
+    elif not expanded:
+      stack.append((u, True))
+      stack.extend((s, False) for s in reversed(u.src))
+      continue
+    else:
+      entry = (u.op, u.dtype, _const_key(u.arg) if u.op is Ops.CONST else u.arg, tuple(index[s] for s in u.src),
+               u in item.row_reduces)
+    index[u] = len(entries)
+    entries.append(entry)
+  # (item.realized and item.buffers are the whole schedule's: only what the walk met is kept)
+  realized = {u: ids[item.realized[u]] for u in index if u in item.realized and item.realized[u] in ids}
+  buffers = {i: dataclasses.replace(item.buffers[slot], slot=i) for slot, i in ids.items()}
+  canonical = KernelItem(item.root, 0, realized, buffers, None, item.row_reduces)
+  return tuple(entries), canonical, {i: slot for slot, i in ids.items()}
+
+
+def with_slots(kernel: Kernel, name: str, slot_of: dict) -> Kernel:
+  """The kernel built for a canonical item (`canonical_item`), named `name`, launched with the slots `slot_of`
+  gives its canonical ids."""
+  return dataclasses.replace(kernel, name=name, buffers=[slot_of[i] for i in kernel.argument_ids],
+                             buffer_ids=list(kernel.argument_ids))
 
 
 def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:

@@ -174,7 +174,7 @@ class _Bench:
     target, torch = self.target, self.torch
     k = build_kernel(self.item, "tune", opts, "gpu")
     renderer = target.renderer()
-    prog = target.program(renderer.program_source([renderer.render_kernel(k.name, k.program, k.buffers, k.local_size)]), [k.name])
+    prog = target.program(renderer.program_source([renderer.render_kernel(k.name, k.program, k.argument_ids, k.local_size)]), [k.name])
     run = prog.launcher(k.name, [_nbytes(self.item.buffers[s]) for s in k.buffers], launch_items(k.program), k.local_size)
     ptrs = [self.buffers[s].data_ptr() for s in k.buffers]
     wait = getattr(prog, "synchronize", None) or (lambda: torch.cuda.synchronize(target.torch_device))
@@ -233,7 +233,7 @@ def _tuning_key(item, width: int, opt_level: int, target=None) -> str:
     from torch_uop.runtime import cache
     import torch_uop
     k = build_kernel(item, "k", KernelOpts(), "gpu")
-    source = target.renderer().render(k.name, k.program, k.buffers)
+    source = target.renderer().render(k.name, k.program, k.argument_ids)
     return cache.key("beam", target.name, target.describe(), source, f"width={width}", torch_uop.__version__,
                      _optimizer_sources())
   import torch_uop

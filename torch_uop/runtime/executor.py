@@ -32,7 +32,7 @@ from torch_uop.core.uop import UOp, Ops, pretty
 from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo
 from torch_uop.core.shapetracker import contiguous_strides
-from torch_uop.core.codegen import build_kernel
+from torch_uop.core.codegen import build_kernel, canonical_item, with_slots
 from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_kernel
 from torch_uop.core.renderer.cstyle import launch_items
@@ -209,14 +209,27 @@ class CompiledGraph:
     if compiles is not None: compiles.workers.start()  # the helpers load llvmlite while the first kernels are built
     sources, symbols, work = [], {}, {}
     modules: dict = {}  # symbol -> (IR, launchers' IR by name, number of buffers)
+    built: dict = {}  # (structure, opts) -> (kernel, source) for items that differ only in their slots (codegen.canonical_item)
     with progress.steps(f"{name}: codegen", n_items) as done:
       for i, item in enumerate(sched.items):
         if not isinstance(item, KernelItem): continue
+        kname = f"{name}_k{i}"
         with _Timer("codegen"):
-          k = build_kernel(item, f"{name}_k{i}", tuned.get(i), target.kind, max_group, parallelism, target.vector_unit())
+          canonical = canonical_item(item)
+          key = None if canonical is None else (canonical[0], tuned.get(i))
+          if key in built:
+            first, first_src = built[key]
+            k, src = with_slots(first, kname, canonical[2]), _renamed(first_src, first.name, kname)
+          else:
+            k = build_kernel(item if canonical is None else canonical[1], kname, tuned.get(i), target.kind, max_group,
+                             parallelism, target.vector_unit())
+            if canonical is not None: k = with_slots(k, kname, canonical[2])
+            src = None
+        if src is None:
+          with _Timer("render"):
+            src = renderer.render_kernel(k.name, k.program, k.argument_ids, k.local_size) if gpu else render_kernel(k)
+          if key is not None: built[key] = (k, src)
         kernels.append((item, k))
-        with _Timer("render"):
-          src = renderer.render_kernel(k.name, k.program, k.buffers, k.local_size) if gpu else render_kernel(k)
         sources.append(src)
         work[k.name] = _kernel_work(k)
         sym = symbols[k.name] = _kernel_symbol(k, src)
@@ -731,6 +744,11 @@ def _describe(item: KernelItem, provenance: dict, shape: tuple) -> str:
     if u is item.root or u not in item.realized: stack.extend((s, False) for s in u.src if s.op is not Ops.BUFFER)
   ops = "+".join(names if len(names) <= 3 else [names[0], "...", names[-1]]) or "copy"
   return f"{ops}[{'x'.join(str(d) for d in shape)}]"
+
+
+def _renamed(source: str, old: str, new: str) -> str:
+  """A kernel's source with its function renamed (`@name(` in LLVM IR, ` name(` in C-style code)."""
+  return source.replace(f"@{old}(", f"@{new}(", 1).replace(f" {old}(", f" {new}(", 1)
 
 
 def _kernel_symbol(k, source: str) -> str:

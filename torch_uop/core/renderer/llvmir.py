@@ -1,6 +1,6 @@
 """LLVM IR renderer: linear UOp program -> text of one LLVM function.
 
-The function takes one pointer per buffer (`ptr noalias`), in Kernel.buffers order, then the bounds
+The function takes one pointer per buffer (`ptr noalias`), in Kernel.argument_ids order, then the bounds
 `[lo, hi)` of its thread-split loop (see core/opt.py). Loops are
 rendered with their counters and accumulators in allocas; LLVM's mem2reg/SROA turn them into
 phis, and its loop passes vectorize. Elementwise ops are table-driven: `_BINARY` for instructions,
@@ -123,7 +123,7 @@ def render_kernel(kernel) -> str:
   """A codegen.Kernel's LLVM module. A kernel whose output loops were reordered (opt.KernelOpts.loop_order) has
   its SIMD on the innermost loop only: LLVM would otherwise unroll that loop fully and vectorize the one around it,
   with gathers and scatters."""
-  return render_llvm(kernel.name, kernel.program, kernel.buffers, innermost_simd=bool(kernel.opts and kernel.opts.loop_order))
+  return render_llvm(kernel.name, kernel.program, kernel.argument_ids, innermost_simd=bool(kernel.opts and kernel.opts.loop_order))
 
 
 def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermost_simd: bool = False) -> str:
