@@ -496,12 +496,13 @@ class TestHashConsing:
 
   def test_nodes_are_freed_when_unreferenced(self):
     import gc
-    from torch_uop.core.uop import _UOpMeta
+    from torch_uop.core.uop import _live
     u = UOp(Ops.CONST, IDX, (), 987654321)
-    key_count = len(_UOpMeta.cache)
+    key_count = len(_live)
     del u
     gc.collect()
-    assert len(_UOpMeta.cache) < key_count
+    assert len(_live) < key_count
+    assert UOp(Ops.CONST, IDX, (), 987654321).arg == 987654321  # made again after its entry went
 
   def test_pickle_round_trip_is_hash_consed(self):
     import pickle

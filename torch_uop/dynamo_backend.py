@@ -10,7 +10,9 @@ that is neither the CPU nor CUDA) run as they are. `graph_target` picks where a 
 (runtime/devices.py): CUDA for CUDA tensors, else the `device` option (LLVM on the CPU, or OpenCL).
 """
 from __future__ import annotations
+import contextlib
 import functools
+import gc
 import logging
 import os
 import sys
@@ -61,6 +63,21 @@ def decomposition_table() -> dict:
   return table
 
 
+@contextlib.contextmanager
+def _collect_new_objects_only():
+  """While torch_uop compiles, the garbage collector scans only objects made since it began: the heap Dynamo, FX and
+  fake tensors built is frozen (gc.freeze) and thawed after. Each full collection would otherwise walk that whole
+  heap, and the compiler's many small UOps set off a collection every few hundred allocations (BERT's training
+  step: 1.4 s of a 7.6 s compile in collections). Left alone where something else has frozen objects, or nested."""
+  if gc.get_freeze_count() or not gc.isenabled():
+    yield
+    return
+  gc.freeze()
+  try: yield
+  finally: gc.unfreeze()
+
+
+@_collect_new_objects_only()
 def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, kind: str = "graph", recorder=None,
                      specialization: bool = False, constant_inputs: frozenset = frozenset()):
   """One ATen FX graph -> a boxed callable running torch_uop kernels (from the graph cache when it has them).
@@ -471,8 +488,9 @@ def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
     params = {i: t for i, t in enumerate(example_inputs) if isinstance(t, torch.Tensor) and not isinstance(t, torch._subclasses.FakeTensor)
               and getattr(t, "_dynamo_static_input_type", None) is not None}
     inf = functools.partial(compile_frozen_graph, config=config, params=params)
-  return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf,
-                      decompositions=decomposition_table())(gm, example_inputs)
+  with _collect_new_objects_only():
+    return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf,
+                        decompositions=decomposition_table())(gm, example_inputs)
 
 
 def reset() -> None:

@@ -17,6 +17,7 @@ class DType:
   priority: int = 0
 
   def __repr__(self): return f"dtypes.{self.name}"
+  def __hash__(self): return hash(self.name)  # (the name is unique; the generated hash tuples every field)
 
   @property
   def is_float(self) -> bool: return self.kind == 'f'

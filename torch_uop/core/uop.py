@@ -13,12 +13,14 @@ from __future__ import annotations
 import enum
 import math
 import struct
+import functools
 import weakref
 from typing import Any, Callable, Iterable
 from torch_uop.core.dtypes import DType, dtypes, cast_python_value
 
 
 class Ops(enum.Enum):
+  __hash__ = object.__hash__  # members are singletons: identity hashing, in C (Enum's own hashes the name in Python)
   # tensor level
   BUFFER = enum.auto()        # a flat buffer; arg=(slot, numel), or (slot, numel, result index) for an output of src[0], a FALLBACK
   VIEW = enum.auto()          # movement op; arg=ShapeTracker mapping its shape onto src's flat index
@@ -79,14 +81,23 @@ def _const_key(arg):
 _symbolic_types: tuple = ()  # (core.sym.Sym,), set when that module loads
 
 
-class _UOpMeta(type):
-  cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# every live UOp, by (op, dtype, ids of its sources, arg): equal nodes are one object. A plain dict of weak references
+# (each removing its own entry when its node dies) rather than a WeakValueDictionary, whose lookup is Python code:
+# node construction is the compiler's hottest path.
+_live: dict = {}
 
+
+def _forget(ref, key) -> None:
+  if _live.get(key) is ref: del _live[key]
+
+
+class _UOpMeta(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
     key = (op, dtype, tuple(map(id, src)), _const_key(arg) if op is Ops.CONST else arg)
-    if (hit := _UOpMeta.cache.get(key)) is not None: return hit
+    ref = _live.get(key)
+    if ref is not None and (hit := ref()) is not None: return hit
     node = super().__call__(op, dtype, src, arg)
-    _UOpMeta.cache[key] = node
+    _live[key] = weakref.ref(node, functools.partial(_forget, key=key))
     return node
 
 
@@ -218,12 +229,14 @@ def pretty(u: UOp, limit: int = 400) -> str:
 class UPat:
   """A pattern over UOps. `name` binds the matched node; `src` matches sources in order
   (a list means: try every permutation, for commutative ops); `arg`/`dtype` must be equal."""
-  __slots__ = ("ops", "dtype", "src", "arg", "name", "allow_any_len")
+  __slots__ = ("ops", "dtype", "src", "arg", "name", "allow_any_len", "orders")
 
   def __init__(self, op=None, dtype=None, src=None, arg=None, name: str | None = None, allow_any_len=False):
-    self.ops = None if op is None else (tuple(op) if isinstance(op, (set, tuple, list)) else (op,))
+    self.ops = None if op is None else (frozenset(op) if isinstance(op, (set, tuple, list)) else frozenset((op,)))
     self.dtype = None if dtype is None else (tuple(dtype) if isinstance(dtype, (set, tuple, list)) else (dtype,))
     self.src, self.arg, self.name, self.allow_any_len = src, arg, name, allow_any_len
+    # the source patterns in each order to try (every permutation of a list, for commutative ops)
+    self.orders = None if src is None else _permutations(src) if isinstance(src, list) else [tuple(src)]
 
   @staticmethod
   def var(name: str | None = None, dtype=None) -> UPat: return UPat(name=name, dtype=dtype)
@@ -237,10 +250,9 @@ class UPat:
     if self.name is not None:
       if self.name in binds and binds[self.name] is not u: return []
       binds = {**binds, self.name: u}
-    if self.src is None: return [binds]
-    orders = _permutations(self.src) if isinstance(self.src, list) else [self.src]
+    if self.orders is None: return [binds]
     results = []
-    for pats in orders:
+    for pats in self.orders:
       if len(pats) != len(u.src) and not (self.allow_any_len and len(u.src) >= len(pats)): continue
       partial = [binds]
       for p, s in zip(pats, u.src):
@@ -275,6 +287,7 @@ class PatternMatcher:
       if pat.ops is None: self.any_op.append((pat, fn))
       else:
         for op in pat.ops: self.by_op.setdefault(op, []).append((pat, fn))
+    self._rules_for = {op: rules + self.any_op for op, rules in self.by_op.items()}  # in rule order, per root op
 
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
 
@@ -283,7 +296,7 @@ class PatternMatcher:
     return bool(self.any_op) or any(u.op in self.by_op for u in nodes)
 
   def rewrite(self, u: UOp, ctx=None) -> UOp | None:
-    for pat, fn in self.by_op.get(u.op, []) + self.any_op:
+    for pat, fn in self._rules_for.get(u.op, self.any_op):
       for binds in pat.match(u, {}):
         out = fn(ctx, **binds) if ctx is not None else fn(**binds)
         if out is not None and out is not u: return out
