@@ -33,12 +33,12 @@ def main():
   g = seen[-1]
   fns["uop CompiledGraph.__call__"] = lambda x: g([x])
   if hasattr(g, "_call_general"): fns["uop general call path"] = lambda x: g._call_general([x])
-  k = g.kernels[0]
-  prog = g.program.functions[k.name]
+  # the linked kernel step: (ctypes function, slots, ..., builtin launcher, ...) (executor.CompiledGraph._link)
+  step = next(s for kind, s in g.steps if kind == "kernel")
+  prog, entry = step[0], step[9]
   out = torch.empty(16)
   ptrs = [out.data_ptr(), x.data_ptr()]
   fns["uop kernel only (ctypes)"] = lambda x: prog(*ptrs, 0, 16)
-  entry = getattr(g.program, "entries", {}).get(f"{k.name}_py")
   if entry is not None: fns["uop kernel only (builtin launcher)"] = lambda x: entry(*ptrs)
   fns["torch.empty(16)"] = lambda x: torch.empty(16)
   res = {k: [] for k in fns}
