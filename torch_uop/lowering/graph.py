@@ -101,12 +101,39 @@ class LoweredGraph:
   # backward graph for saved tensors (an expand saved for backward has stride 0), so outputs must keep them.
   output_strides: list = field(default_factory=list)
   output_complex: list = field(default_factory=list)  # per graph output: True for a complex tensor (held as view_as_real)
+  # per graph output: where its storage comes from in eager (storage_root), or None. Outputs may share memory with
+  # each other or with an input only where eager's do: a clone is a copy even where the IR sees the same values.
+  output_roots: list = field(default_factory=list)
   # input slot -> the storage offset the kernels were built for. Dynamo does not guard on an input's storage
   # offset, but an as_strided with an explicit offset addresses storage: another offset needs another graph.
   storage_offset_guards: dict = field(default_factory=dict)
   checks: list = field(default_factory=list)  # (scalar LT, RuntimeCheck) per run-time data check
   provenance: dict = field(default_factory=dict)  # tensor node -> name of the ATen op whose result it is (for profiles)
   fallback_reasons: dict = field(default_factory=dict)  # op name -> why its first node fell back
+
+
+def storage_root(gm: torch.fx.GraphModule, node: torch.fx.Node) -> tuple:
+  """Where `node`'s tensor keeps its elements in eager: followed back through the ops whose result shares their
+  first argument's storage (view, permute, select, an element of unbind or split, ...). ("input", placeholder
+  index), ("node", name), or ("node", name, index) for an element of an op with several new results."""
+  while node.op == "call_function" and node.args and isinstance(node.args[0], torch.fx.Node):
+    if node.target is operator.getitem:
+      multi = node.args[0]
+      if not (multi.op == "call_function" and _returns_alias(multi.target) and multi.args and isinstance(multi.args[0], torch.fx.Node)):
+        return ("node", multi.name, node.args[1])
+      node = multi.args[0]
+    elif _returns_alias(node.target): node = node.args[0]
+    else: break
+  if node.op == "placeholder": return ("input", [n for n in gm.graph.nodes if n.op == "placeholder"].index(node))
+  return ("node", node.name)
+
+
+def _returns_alias(target) -> bool:
+  """Whether an op's result shares its first argument's storage in eager: its schema says so, or it is
+  _unsafe_view (a view whose schema hides it, for a base nothing else sees)."""
+  if target is torch.ops.aten._unsafe_view.default: return True
+  if not isinstance(target, torch._ops.OpOverload): return False
+  return any(r.alias_info is not None and not r.alias_info.is_write for r in target._schema.returns)
 
 
 def _map_args(x, fn):
@@ -231,6 +258,7 @@ def _lower_graph(gm: torch.fx.GraphModule) -> LoweredGraph:
         val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
         g.output_strides.append(ir_layout(val)[1] if isinstance(val, torch.Tensor) else None)
         g.output_complex.append(isinstance(val, torch.Tensor) and val.is_complex())
+        g.output_roots.append(storage_root(gm, o) if isinstance(val, torch.Tensor) else None)
         if isinstance(o, torch.fx.Node):
           v = env[o]
           if o.op == "placeholder": g.outputs.append(("input", [n for n in gm.graph.nodes if n.op == "placeholder"].index(o)))

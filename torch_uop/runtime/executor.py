@@ -161,12 +161,23 @@ class CompiledGraph:
                                   if spec is not None and spec.slot in lowered.storage_offset_guards]
     self.eager = None
     roots, root_strides = [], {}
+    owner: dict = {}  # a realized node -> the eager storage root of the outputs handed out from its buffer
     outputs = []
-    strides_of = lowered.output_strides or [None] * len(lowered.outputs)
-    for (kind, v), want, is_complex in zip(lowered.outputs, strides_of, lowered.output_complex):
+    n_outputs = len(lowered.outputs)
+    strides_of = lowered.output_strides or [None] * n_outputs
+    eager_roots = lowered.output_roots or [None] * n_outputs
+    views = _shared_views(lowered.outputs, strides_of, lowered.output_complex, eager_roots)
+    for i, ((kind, v), want, is_complex, eager_root) in enumerate(zip(lowered.outputs, strides_of, lowered.output_complex, eager_roots)):
       shape = v.shape if kind == "tensor" else None
-      if kind == "tensor" and not is_complex and (alias := _input_alias(v.uop, want)) is not None:
+      if kind == "tensor" and not is_complex and (alias := _input_alias(v.uop, want, eager_root, lowered.inputs)) is not None:
         outputs.append(("alias", alias, shape))  # a strided view of a graph input (a saved weight's transpose)
+        continue
+      if i in views and owner.get(views[i][0], eager_root) == eager_root and \
+         (root_strides.get(views[i][0]) is None or _same_strides(views[i][0].shape, root_strides[views[i][0]], contiguous_strides(views[i][0].shape))):
+        base = views[i][0]  # a strided view of a computed node's buffer, as eager's (attention's q, k and v of one GEMM)
+        if base not in root_strides: roots.append(base); root_strides[base] = None
+        owner[base] = eager_root
+        outputs.append(("view", views[i], shape))
         continue
       if kind == "tensor":
         # a contiguous reshape of a computed node is that node's buffer, handed out as a view: no copy kernel
@@ -174,11 +185,12 @@ class CompiledGraph:
           v, want = LT(base), None
         if v.uop.op is Ops.BUFFER and (not v.uop.src or (want is not None and not _same_strides(v.shape, want, contiguous_strides(v.shape)))):
           v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))  # never hand out a graph input; give a fallback result its layout
-        # an output computed by a kernel is written in its eager layout; two outputs that are one node but
-        # want different layouts get a copy each
-        while v.uop in root_strides and want is not None and not _same_strides(v.shape, want, root_strides[v.uop] or want):
+        # an output computed by a kernel is written in its eager layout; two outputs that are one node but want
+        # different layouts, or are separate tensors in eager (y and y.clone()), get a copy each
+        while v.uop in root_strides and (owner.get(v.uop) != eager_root or
+                                         (want is not None and not _same_strides(v.shape, want, root_strides[v.uop] or want))):
           v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))
-        if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = want
+        if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = want; owner[v.uop] = eager_root
       outputs.append((kind, v, shape))
     for v, _ in lowered.checks:  # each run-time check's value is a buffer of its own, read after the kernels
       if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = None
@@ -275,6 +287,7 @@ class CompiledGraph:
     self.n_fallbacks = sum(1 for s in steps if s[0] == "fallback")
     outputs_plan = []
     for kind, v, shape in outputs:
+      if kind == "view": kind, v = "alias", (sched.node_slot[v[0]], v[1], v[2])  # the node's buffer, seen through the view
       outputs_plan.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, shape))
     # complex outputs are computed as their view_as_real and handed out through view_as_complex
     complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and outputs_plan[i][0] == "tensor"}
@@ -303,15 +316,19 @@ class CompiledGraph:
       outputs_plan = concrete(outputs_plan, values)
     buffers = {s: _concrete_fields(info, values) for s, info in self.buffers.items()} if values else self.buffers
     inputs = [None if spec is None else _concrete_fields(spec, values) for spec in self.inputs] if values else self.inputs
-    # free each intermediate after its last use
+    # free each intermediate after its last use, and each input not handed back: a boxed caller gives its references
+    # over (AOTAutograd's backward clears the saved tensors first), so a saved activation goes at its last reader
     keep = {slot for kind, slot, _ in outputs_plan if kind == "tensor"} | {slot for slot, _ in checks} | \
+        {inputs[v].slot for kind, v, _ in outputs_plan if kind == "input" and inputs[v] is not None} | \
+        {v[0] for kind, v, _ in outputs_plan if kind == "alias"} | \
         {steps[i][1].out_slot for i in prologue}  # (the prologue's results live as long as the graph)
+    input_slots = {spec.slot for spec in inputs if spec is not None}  # (not the size-variable table)
     last_use: dict = {}
     for i, (kind, step) in enumerate(steps):
       for s in step.slots if kind == "kernel" else step.in_slots + list(step.out_slots.values()): last_use[s] = i
     release = [[] for _ in steps]
     for s, i in last_use.items():
-      if s not in keep and buffers[s].kind != "input": release[i].append(s)
+      if s not in keep and (buffers[s].kind != "input" or s in input_slots): release[i].append(s)
     arena_offsets, arena_bytes = _plan_arena(steps, buffers, keep, last_use)
     self.peak_bytes_unplanned = _peak_bytes(steps, buffers, release, {})
     self.peak_bytes = _peak_bytes(steps, buffers, release, arena_offsets) + arena_bytes
@@ -500,7 +517,8 @@ class CompiledGraph:
     for i, off in self.storage_offset_guards: conds.append(f"args[{i}].storage_offset() == {off}")
     lines += [f"    if not ({' and '.join(conds) or 'True'}): return general(args)",
               "  except (AttributeError, IndexError): return general(args)"]
-    body = []
+    # the caller's list is emptied before the first step, so an input can be freed after its last reader
+    body = [f"r{v} = args[{v}]" for kind, v, _ in self.outputs if kind == "input"] + ["args.clear()"]
     arena = self.arena
     if self.arena_offsets:
       if arena is None:
@@ -557,10 +575,10 @@ class CompiledGraph:
         produced_by_kernel = any(k == "kernel" and p[2] == v for k, p in self.steps)
         if produced_by_kernel and tuple(self.buffers[v].shape) == tuple(shape): outs.append(f"b{v}")
         else: outs.append(f"(b{v}.view({tuple(shape)!r}) if b{v}.shape != {tuple(shape)!r} else b{v})")
-      elif kind == "input": outs.append(f"args[{v}]")
+      elif kind == "input": outs.append(f"r{v}")
       elif kind == "alias": outs.append(f"b{v[0]}.as_strided({tuple(shape)!r}, {v[1]!r}, b{v[0]}.storage_offset() + {v[2]})")
       else: outs.append(const(v, "C"))
-    lines += [f"  outs = [{', '.join(outs)}]", "  args.clear()", "  return outs"]
+    lines += [f"  outs = [{', '.join(outs)}]", "  return outs"]
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<torch_uop call path {id(self):x}>", "exec"), env)
     return source, env["run"]
@@ -580,6 +598,8 @@ class CompiledGraph:
     if self.held is None: self._run_prologue(args)
     for spec, t in zip(self.inputs, args):
       if spec is not None: bufs[spec.slot] = self._bind_input(spec, t)
+    returned = {v: args[v] for kind, v, _ in self.outputs if kind == "input"}
+    args.clear()  # (as the fast path: inputs are freed after their last reader)
     bufs.update(self.held)
     prof = _profile
     record = _torch_profiler._is_profiler_enabled
@@ -611,7 +631,7 @@ class CompiledGraph:
     outs = []
     for kind, v, shape in self.outputs:
       if kind == "tensor": outs.append(bufs[v].view(shape) if bufs[v].shape != shape else bufs[v])
-      elif kind == "input": outs.append(args[v])
+      elif kind == "input": outs.append(returned[v])
       elif kind == "alias": outs.append(bufs[v[0]].as_strided(shape, v[1], bufs[v[0]].storage_offset() + v[2]))
       else: outs.append(v)
     for i in self.complex_outputs: outs[i] = torch.view_as_complex(outs[i])
@@ -688,7 +708,7 @@ def _peak_bytes(steps: list, buffers: dict, release: list, in_arena: dict) -> in
     made = [p.out_slot] if kind == "kernel" else list(p.out_slots.values())
     live += sum(_nbytes(buffers[s]) for s in made if s not in in_arena)
     peak = max(peak, live)
-    live -= sum(_nbytes(buffers[s]) for s in dead if s not in in_arena)
+    live -= sum(_nbytes(buffers[s]) for s in dead if s not in in_arena and buffers[s].kind != "input")
   return peak
 
 
@@ -807,16 +827,49 @@ def _reshaped_from(u: UOp) -> UOp | None:
   return base
 
 
-def _input_alias(u: UOp, want: tuple | None) -> tuple | None:
-  """(input slot, strides, offset) when `u` is a plain strided view of a graph input (no mask, no negative or symbolic
-  stride) in the layout eager gives it (`want`): the output is then that view of the input, as in eager, not a copy."""
+def _strided_view(u: UOp, want: tuple | None) -> tuple | None:
+  """(base node, strides, offset) when `u` is a plain strided view of its source (one view, no mask, no negative or
+  symbolic stride) in the layout eager gives it (`want`), else None."""
   if u.op is not Ops.VIEW or len(u.arg.views) != 1: return None
   base, view = u.src[0], u.arg.views[0]
-  if base.op is not Ops.BUFFER or base.src or base.dtype != u.dtype or view.mask is not None: return None
+  if base.dtype != u.dtype or view.mask is not None: return None
   if not all(isinstance(x, int) for x in (*view.shape, *view.strides, view.offset)) or min(view.strides, default=0) < 0:
     return None
   if want is not None and not _same_strides(view.shape, want, view.strides): return None
-  return base.arg[0], tuple(view.strides), view.offset
+  return base, tuple(view.strides), view.offset
+
+
+def _input_alias(u: UOp, want: tuple | None, eager_root: tuple | None, inputs: list) -> tuple | None:
+  """(input slot, strides, offset) when `u` is a plain strided view of a graph input that is a view of that input in
+  eager too (`eager_root`, lowering.graph.storage_root): the output is then that view, not a copy."""
+  view = _strided_view(u, want)
+  if view is None or view[0].op is not Ops.BUFFER or view[0].src: return None
+  slot = view[0].arg[0]
+  if eager_root is not None and (eager_root[0] != "input" or inputs[eager_root[1]] is None or inputs[eager_root[1]].slot != slot):
+    return None
+  return slot, view[1], view[2]
+
+
+def _shared_views(outputs: list, strides_of: list, complex_of: list, eager_roots: list) -> dict:
+  """The outputs to hand out as strided views of one computed node's buffer, as eager's views of one tensor:
+  {output index: (node, strides, offset)}. Only where all outputs seen through that node come from one eager
+  storage, and they cover at least as many elements as the node has (a row of a big result is copied, not kept
+  with the rest of it)."""
+  by_base: dict = {}
+  for i, ((kind, v), want, is_complex, root) in enumerate(zip(outputs, strides_of, complex_of, eager_roots)):
+    if kind != "tensor" or is_complex or root is None or root[0] != "node": continue
+    view = _strided_view(v.uop, want)
+    if view is not None and view[0].op not in (Ops.BUFFER, Ops.CONST) and all(isinstance(d, int) for d in view[0].shape):
+      by_base.setdefault(view[0], []).append((i, root, view))
+  shared = {}
+  for base, users in by_base.items():
+    roots = {root for _, root, _ in users}
+    if len(roots) != 1: continue
+    covered = sum(math.prod(outputs[i][1].shape) for i, _, _ in users)
+    if any(kind == "tensor" and v.uop is base and root in roots for (kind, v), root in zip(outputs, eager_roots)):
+      covered += math.prod(base.shape)  # the node is an output itself: its buffer is there anyway
+    if covered >= math.prod(base.shape): shared.update({i: view for i, _, view in users})
+  return shared
 
 
 def _same_strides(shape: tuple, a: tuple, b: tuple) -> bool:
