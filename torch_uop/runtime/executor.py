@@ -835,8 +835,11 @@ def _strided_view(u: UOp, want: tuple | None) -> tuple | None:
   if base.dtype != u.dtype or view.mask is not None: return None
   if not all(isinstance(x, int) for x in (*view.shape, *view.strides, view.offset)) or min(view.strides, default=0) < 0:
     return None
-  if want is not None and not _same_strides(view.shape, want, view.strides): return None
-  return base, tuple(view.strides), view.offset
+  if want is None: return base, tuple(view.strides), view.offset
+  if not _same_strides(view.shape, want, view.strides): return None
+  # eager's strides, which may differ from the view's in dims of size 1: a graph that reads the output (the backward
+  # reading a saved tensor) checks strides exactly
+  return base, tuple(want) if all(isinstance(x, int) for x in want) else tuple(view.strides), view.offset
 
 
 def _input_alias(u: UOp, want: tuple | None, eager_root: tuple | None, inputs: list) -> tuple | None:
