@@ -293,7 +293,8 @@ class CompiledGraph:
     complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and outputs_plan[i][0] == "tensor"}
     checks = [(sched.node_slot[v.uop], check) for v, check in lowered.checks]
     constant_slots = {self.inputs[i].slot for i in constant_inputs if self.inputs[i] is not None}
-    prologue = _constant_steps(steps, constant_slots, {slot for kind, slot, _ in outputs_plan if kind == "tensor"}) \
+    handed_out = {slot for kind, slot, _ in outputs_plan if kind == "tensor"} | {v[0] for kind, v, _ in outputs_plan if kind == "alias"}
+    prologue = _constant_steps(steps, constant_slots, handed_out) \
         if not self.size_vars else ()
     self._template = (steps, outputs_plan, complex_outputs, checks, signatures,
                       program.object_code if program and not gpu else None, prologue)
@@ -725,7 +726,7 @@ def _as_complex(t: torch.Tensor) -> torch.Tensor:
 
 def _constant_steps(steps: list, constant_slots: set, output_slots: set) -> tuple:
   """Indices of the kernel steps whose every input is a constant input or another such step's result (and whose
-  result is no graph output, which a caller may change): what the prologue computes once."""
+  result is no graph output or view's buffer, which a caller may change): what the prologue computes once."""
   known, found = set(constant_slots), []
   if not known: return ()
   for i, (kind, step) in enumerate(steps):
