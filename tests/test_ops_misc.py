@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_uop
+import torch_uop.debug
 from helpers import check_against_eager
 
 nan, inf = float("nan"), float("inf")
@@ -211,3 +212,69 @@ def test_upsample_bilinear_antialias(dtype):
   x = torch.randn(2, 3, 10, 12, dtype=dtype)
   for kw in (dict(size=(3, 17)), dict(scale_factor=(1.7, 0.45)), dict(size=(4, 5), align_corners=True), dict(scale_factor=1.05)):
     check_against_eager(lambda x: F.interpolate(x, mode="bilinear", antialias=True, **kw), x)
+
+
+_NEAREST_CASES = [
+  ((2, 3, 5, 7), dict(scale_factor=2)),                        # the usual 2x: a broadcast view, a window sum back
+  ((2, 3, 5, 7), dict(scale_factor=3)),
+  ((1, 2, 5, 7), dict(size=(11, 13))),                          # any other ratio: a gather, a masked window back
+  ((1, 2, 9, 10), dict(size=(4, 3))),                           # downsampling: some inputs get no gradient
+  ((1, 2, 5, 7), dict(scale_factor=(1.5, 2.7))),                # the given scales, not in/out, set the mapping
+  ((1, 2, 7, 7), dict(scale_factor=1.7, recompute_scale_factor=True)),
+  ((1, 1, 33, 17), dict(size=(100, 51))),
+  ((1, 2, 6), dict(scale_factor=2.5)),                          # 1d
+  ((1, 2, 3, 4, 5), dict(scale_factor=2)),                      # 3d
+  ((1, 2, 3, 4, 5), dict(size=(5, 7, 4))),
+]
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+@pytest.mark.parametrize("shape,kw", _NEAREST_CASES)
+def test_upsample_nearest_and_its_gradient(mode, shape, kw):
+  """F.interpolate's nearest modes lowered whole (not the decomposition, whose backward is an index_put with
+  accumulate, which scans every output position per input position): output bit for bit, input gradient close."""
+  from helpers import check_grads_against_eager
+  x = torch.randn(shape, requires_grad=True)
+  fn = lambda x: F.interpolate(x, mode=mode, **kw)
+  assert torch.equal(torch.compile(fn, backend="uop")(x.detach()), fn(x.detach()))
+  m = check_grads_against_eager(lambda x: fn(x).sin(), x)
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    torch.compile(fn, backend="uop")(x).sum().backward()
+  ops = " ".join(step.what or "" for g in graphs for kind, step in g.plan.steps if kind == "kernel")
+  assert "index_put" not in ops and "upsample_nearest" in ops, ops
+  assert m["fallback_nodes_total"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_upsample_nearest_dtypes_and_layouts(dtype):
+  """Half types accumulate their gradient in float32 as eager does; a channels-last input keeps its layout."""
+  from helpers import check_grads_against_eager
+  x = torch.randn(2, 4, 6, 5).to(dtype).to(memory_format=torch.channels_last).requires_grad_()
+  tol = dict(rtol=1e-2, atol=1e-2) if dtype in (torch.bfloat16, torch.float16) else dict(rtol=1e-7, atol=1e-7)
+  for kw in (dict(scale_factor=2), dict(size=(9, 11))):
+    out = torch.compile(lambda x: F.interpolate(x, **kw), backend="uop")(x.detach())
+    ref = F.interpolate(x.detach(), **kw)
+    assert torch.equal(out, ref) and out.stride() == ref.stride()
+    check_grads_against_eager(lambda x: F.interpolate(x, **kw) * 3, x, **tol)
+
+
+@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(scale_factor=3), dict(size=(9, 5))])
+def test_upsample_nearest_gradient_under_symbolic_sizes(kw):
+  """Under dynamic shapes the resize and its backward compile once for every size (symbolic), and stay right."""
+  fn = lambda x: F.interpolate(x, mode="nearest", **kw) * 3
+  torch._dynamo.reset()
+  torch_uop.reset_metrics()
+  compiled = torch.compile(fn, backend="uop", dynamic=True)
+  for h, w in [(4, 6), (5, 8), (7, 10)]:
+    x = torch.randn(1, 2, h, w, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    ref = fn(x)
+    g = torch.randn(ref.shape)
+    ref.backward(g)
+    out = compiled(x2)
+    out.backward(g)
+    assert torch.equal(out, ref)
+    torch.testing.assert_close(x2.grad, x.grad)
+  m = torch_uop.metrics()
+  assert m["symbolic_graphs"] >= 2 and m["size_specializations"] == 0 and m["fallback_nodes_total"] == 0

@@ -46,13 +46,61 @@ _EXTRA_DECOMPS = [
   aten.grid_sampler_2d,
 ]
 
+# Nearest resizes: torch registers their Python decomposition as their autograd kernel (py_impl), which AOTAutograd's
+# tracing runs whatever the decomposition table says, and that decomposition's backward is an index_put with
+# accumulate (for each input position, a scan of every output position). torch_uop lowers them and their backward.
+_NEAREST_RESIZES = [(getattr(aten, f"{name}{nd}d"), nd) for name in ("upsample_nearest", "_upsample_nearest_exact")
+                    for nd in (1, 2, 3)]
+
+
 # ops torch_uop lowers whole: keep them out of the table even if core ATen decomposes them
 _KEEP_WHOLE = {aten._softmax.default, aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
                aten.embedding_dense_backward.default, aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default,
                aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default, aten.avg_pool3d.default, aten.embedding.default,
                aten._scaled_dot_product_flash_attention_for_cpu.default, aten.index_add.default, aten.index_copy.default,
                aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, aten.bernoulli.default,
-               aten._scaled_dot_product_flash_attention_for_cpu_backward.default}
+               aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+               *(op for packet, _ in _NEAREST_RESIZES for op in (packet.default, packet.vec))}
+
+
+def _vec_via_default(default_op, nd: int):
+  """A .vec overload's kernel that computes the output size as torch's decomposition does (symbolic sizes stay
+  symbolic) and calls the .default overload, whose autograd formula gives the op's own backward."""
+  from torch._decomp.decompositions import upsample_compute_output_size
+  def kernel(input, output_size, scale_factors):
+    size = upsample_compute_output_size(input.size(), output_size, scale_factors)
+    return default_op(input, size, *(scale_factors if scale_factors else [None] * nd))
+  return kernel
+
+
+@contextlib.contextmanager
+def _nearest_resizes_kept_whole():
+  """While AOTAutograd traces, the nearest resizes reach the graph as themselves: the .default overloads dispatch to
+  their C++ kernels (autograd formula included), the .vec ones to `_vec_via_default`. torch's own kernels are put
+  back after, so other backends see torch's behaviour; with a torch whose internals differ, nothing changes."""
+  from torch._C import DispatchKey
+  import torch._decomp.decompositions as decomps
+  if not hasattr(decomps, "upsample_compute_output_size"):  # a torch without the size helper: its own behaviour
+    yield
+    return
+  keys = (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd)
+  saved = []
+  try:
+    for packet, nd in _NEAREST_RESIZES:
+      for op, replacement in ((packet.default, None), (packet.vec, _vec_via_default(packet.default, nd))):
+        kernels, cache = getattr(op, "py_kernels", None), getattr(op, "_dispatch_cache", None)
+        if not isinstance(kernels, dict) or not isinstance(cache, dict): continue
+        for key in keys:
+          if key not in kernels: continue
+          saved.append((op, key, kernels[key]))
+          if replacement is None: del kernels[key]
+          else: kernels[key] = replacement
+        cache.clear()
+    yield
+  finally:
+    for op, key, kernel in saved: op.py_kernels[key] = kernel
+    for packet, _ in _NEAREST_RESIZES:
+      for op in (packet.default, packet.vec): getattr(op, "_dispatch_cache", {}).clear()
 
 
 @functools.cache
@@ -488,7 +536,7 @@ def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
     params = {i: t for i, t in enumerate(example_inputs) if isinstance(t, torch.Tensor) and not isinstance(t, torch._subclasses.FakeTensor)
               and getattr(t, "_dynamo_static_input_type", None) is not None}
     inf = functools.partial(compile_frozen_graph, config=config, params=params)
-  with _collect_new_objects_only():
+  with _collect_new_objects_only(), _nearest_resizes_kept_whole():
     return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf,
                         decompositions=decomposition_table())(gm, example_inputs)
 

@@ -1,8 +1,8 @@
 """Neural-network lowerings that decompositions leave whole: embedding (and its backward),
-max and average pooling (and their backwards), adaptive pooling, and scaled dot-product attention
-(forward and backward).
+max and average pooling (and their backwards), adaptive pooling, scaled dot-product attention
+(forward and backward), and nearest-neighbour resizing (and its backward).
 
-Both gradients of gathers are written as gathers plus sums rather than scatters, so they stay ordinary,
+The gradients of gathers are written as gathers plus sums rather than scatters, so they stay ordinary,
 race-free kernels: the embedding gradient sums each output row over the tokens equal to it, and
 the max-pool gradient visits, for each input position, the few output windows that can hold it.
 Attention with big score matrices runs by blocks of query rows, forward and backward, so that each block's
@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import numpy as np
 import torch
 from torch_uop.core.uop import Ops
 from torch_uop.core.dtypes import dtypes
@@ -439,3 +440,137 @@ def avg_pool3d(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_i
       div = ext if div is None else div * ext
   res = _divide(total, div.reshape((1, 1, *out)).broadcast_to(total.shape)).cast(ctx.dtype)
   return res.reshape(ctx.shape) if unbatched else res
+
+
+# ---- nearest-neighbour resize (F.interpolate(mode="nearest" / "nearest-exact")) and its gradient
+# Output position o of a resized dim reads input position src(o), computed as eager's CPU kernel computes it (float32
+# arithmetic, so the Python tables below and the kernels agree bit for bit). The usual integer factor (a UNet's or an
+# FPN's 2x) is a broadcast view forward and a plain window sum backward; any other ratio is a gather forward and, for
+# each input position, a masked sum over the few output positions that can read it backward: never a scatter, nor a
+# scan of every output position per input position (what the decomposition's index_put with accumulate becomes),
+# except per dim under symbolic sizes, where the window is not known when compiling.
+
+def _static(*sizes) -> bool: return not any(map(is_sym, sizes))
+
+
+def _nearest_table(in_size: int, out_size: int, scale, exact: bool) -> list:
+  """[src(o) for each output position o] of static sizes, exactly as eager's nearest_idx / nearest_exact_idx."""
+  import numpy as np
+  o = np.arange(out_size)
+  if not exact and out_size == in_size: return o.tolist()
+  if not exact and out_size == 2 * in_size: return (o >> 1).tolist()
+  # compute_scales_value: 1/scale when the op was given one, else in/out, as float32
+  s = np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(in_size) / np.float32(out_size)
+  t = np.float32((o + 0.5) * np.float64(s)) if exact else o.astype(np.float32) * s
+  return np.minimum(np.floor(t).astype(np.int64), in_size - 1).tolist()
+
+
+def _nearest_source(o: LT, in_size, out_size, scale, exact: bool) -> LT:
+  """src(o) for an int64 LT of output positions, as the kernel computes it (matches `_nearest_table`); sizes may be
+  symbolic (their comparisons below guard the graph)."""
+  if not exact and out_size == in_size: return o
+  if not exact and out_size == 2 * in_size: return o.alu(Ops.SHR, 1)
+  f32 = dtypes.float32
+  if scale is not None and scale > 0: s = LT.full(o.shape, float(np.float32(1.0 / scale)), f32)
+  else: s = LT.full(o.shape, in_size, f32) / LT.full(o.shape, out_size, f32)
+  t = ((o.cast(dtypes.float64) + 0.5) * s.cast(dtypes.float64)).cast(f32) if exact else o.cast(f32) * s
+  return t.math("floor").cast(dtypes.int64).minimum(in_size - 1)
+
+
+def _nearest_factor(in_size, out_size, scale, exact: bool) -> int | None:
+  """r when src(o) = o // r for every o (out = r * in): the resize of this dim is a broadcast of each position r times.
+  Checked on the whole table for static sizes; under symbolic ones only eager's own shortcuts (out = in, out = 2 in)."""
+  if _static(in_size, out_size):
+    table = _nearest_table(in_size, out_size, scale, exact)
+    r, rem = divmod(out_size, in_size)
+    return r if rem == 0 and all(v == o // r for o, v in enumerate(table)) else None
+  if exact: return None
+  return 1 if out_size == in_size else 2 if out_size == 2 * in_size else None
+
+
+_SCALE_NAMES = {1: ("scales",), 2: ("scales_h", "scales_w"), 3: ("scales_d", "scales_h", "scales_w")}
+
+
+def _scales(nd: int, scales: tuple, named: dict) -> list:
+  """The per-dim scales of a call, given positionally or by name (None where not given)."""
+  scales = tuple(scales) + tuple(named.get(k) for k in _SCALE_NAMES[nd][len(scales):])
+  return (list(scales) + [None] * nd)[:nd]
+
+
+def _dim_index(n, axis: int, shape: tuple) -> LT:
+  return LT.iota(n).reshape(tuple(n if k == axis else 1 for k in range(len(shape)))).broadcast_to(shape)
+
+
+def _upsample_nearest(ctx, x, output_size, *scales, nd: int, exact: bool = False, **named):
+  """x resized along its last nd dims; `scales`: the .default overloads' per-dim scales, or the .vec overloads'
+  one list of scale factors (their output size, given or not, is the node's)."""
+  if ctx.node.target._overloadname == "vec":
+    factors = named.pop("scale_factors", scales[0] if scales else None)
+    scales = tuple(factors) if factors else ()
+  scale_list = _scales(nd, scales, named)
+  shape = ctx.shape
+  if x.numel() == 0 or 0 in shape: return LT.full(shape, 0, ctx.dtype)
+  lead = x.ndim - nd
+  factors = [_nearest_factor(x.shape[lead + d], shape[lead + d], scale_list[d], exact) for d in range(nd)]
+  if all(f is not None for f in factors):
+    inner, broad = [], []
+    for d, f in enumerate(factors): inner += [x.shape[lead + d], 1]; broad += [x.shape[lead + d], f]
+    return x.reshape(x.shape[:lead] + tuple(inner)).expand(x.shape[:lead] + tuple(broad)).reshape(shape)
+  indices = [_nearest_source(_dim_index(shape[lead + d], lead + d, shape), x.shape[lead + d], shape[lead + d],
+                             scale_list[d], exact) for d in range(nd)]
+  return x.gather_nd(tuple(range(lead)) + tuple(("idx", d) for d in range(nd)), indices)
+
+
+def _upsample_nearest_backward(ctx, grad, output_size, input_size, *scales, exact: bool = False, **named):
+  """Each input position sums the gradient of the output positions that read it: a window sum over the factor's
+  axes for integer factors, else one dim at a time (the mapping is separable) a masked sum over its readers."""
+  nd = len(output_size)
+  scale_list = _scales(nd, scales, named)
+  in_shape = tuple(input_size)
+  if 0 in in_shape or grad.numel() == 0: return LT.full(ctx.shape, 0, ctx.dtype)
+  lead = len(in_shape) - nd
+  g = grad.cast(compute_dtype(grad.dtype))   # half types accumulate in float32, as eager's kernel does
+  factors = [_nearest_factor(in_shape[lead + d], grad.shape[lead + d], scale_list[d], exact) for d in range(nd)]
+  if any(f not in (None, 1) for f in factors):   # the integer-factor dims at once: [.., i, r, ..] summed over the r's
+    split, axes = list(g.shape[:lead]), []
+    for d, f in enumerate(factors):
+      if f is None: split.append(g.shape[lead + d]); continue
+      split += [in_shape[lead + d], f]; axes.append(len(split) - 1)
+    g = g.reshape(tuple(split)).sum(tuple(axes), keepdim=False)
+  for d in range(nd):
+    if factors[d] is None: g = _nearest_backward_dim(g, lead + d, in_shape[lead + d], scale_list[d], exact)
+  return g.cast(ctx.dtype)
+
+
+def _nearest_backward_dim(g: LT, axis: int, in_size, scale, exact: bool) -> LT:
+  """g summed along axis into in_size positions, each over the output positions o with src(o) = it."""
+  out_size = g.shape[axis]
+  shape = g.shape[:axis] + (in_size,) + g.shape[axis + 1:]
+  i = _dim_index(in_size, axis, shape)
+  if not _static(in_size, out_size):   # every output position is a candidate: [.., in, out, ..] masked and summed
+    full = shape[:axis + 1] + (out_size,) + shape[axis + 1:]
+    o = _dim_index(out_size, axis + 1, full)
+    hit = _nearest_source(o, in_size, out_size, scale, exact).eq(i.unsqueeze(axis + 1).broadcast_to(full))
+    return hit.where(g.unsqueeze(axis).broadcast_to(full), 0.0).sum((axis + 1,), keepdim=False)
+  readers: dict = {}
+  for o, src in enumerate(_nearest_table(in_size, out_size, scale, exact)): readers.setdefault(src, []).append(o)
+  # candidates base(i) + j, j < k, with base(i) = i * out // in + shift: shift and k are the least that cover every
+  # reader of every input position (src is monotone, so each one's readers are consecutive)
+  shift = min(os[0] - i * out_size // in_size for i, os in readers.items())
+  k = max(os[-1] - (i * out_size // in_size + shift) + 1 for i, os in readers.items())
+  base = (i * out_size).alu(Ops.IDIV, in_size) + shift
+  total = None
+  for j in range(k):
+    o = base + j
+    oc = o.maximum(0).minimum(out_size - 1)
+    hit = (o >= 0) & (o < out_size) & _nearest_source(oc, in_size, out_size, scale, exact).eq(i)
+    term = hit.where(g.gather_nd(tuple(("idx", 0) if a == axis else a for a in range(len(shape))), [oc]), 0.0)
+    total = term if total is None else total + term
+  return total
+
+
+for _nd in (1, 2, 3):
+  for _exact, _name in ((False, "upsample_nearest"), (True, "_upsample_nearest_exact")):
+    _fwd, _bwd = getattr(aten, f"{_name}{_nd}d"), getattr(aten, f"{_name}{_nd}d_backward")
+    register(_fwd.default, _fwd.vec)(functools.partial(_upsample_nearest, nd=_nd, exact=_exact))
+    register(_bwd.default)(functools.partial(_upsample_nearest_backward, exact=_exact))
