@@ -289,7 +289,9 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
           f"  ret void\n}}\n\nattributes #0 = {{ nounwind }}\n"
           f"!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.mustprogress\"}}\n"
           f"!2 = distinct !{{!2, !1, !3}}\n!3 = !{{!\"llvm.loop.vectorize.enable\", i1 false}}\n"
-          f"!4 = distinct !{{!4, !1, !5}}\n!5 = !{{!\"llvm.loop.vectorize.enable\", i1 true}}\n")
+          + (f"!4 = distinct !{{!4, !1, !5}}\n" if FORCED_SIMD_INTERLEAVE is None else
+             f"!4 = distinct !{{!4, !1, !5, !6}}\n!6 = !{{!\"llvm.loop.interleave.count\", i32 {FORCED_SIMD_INTERLEAVE}}}\n")
+          + f"!5 = !{{!\"llvm.loop.vectorize.enable\", i1 true}}\n")
 
 
 def _render_transpose(f: _Function, tile) -> list:
@@ -323,6 +325,11 @@ def _ensure_rendered(f: _Function, u: UOp) -> None:
 
 
 FORCED_SIMD_MIN_FLOAT_OPS = 16  # an elementwise kernel with this much float math per element vectorizes whatever it reads
+# Vector iterations a forced-SIMD loop runs side by side (None: LLVM's cost model decides, which for bodies this large
+# interleaves none). Such a loop's element is a long dependency chain (range reduction, a polynomial, scaling, blends);
+# on a Zen 1 two iterations at a time made exp, sigmoid and tanh 5-11% faster but erf and GELU 10-19% slower (more
+# constants than registers), so it stays LLVM's until measured on more CPUs (benchmarks/bench_math.py --interleave).
+FORCED_SIMD_INTERLEAVE: int | None = None
 
 
 def _forced_simd_loops(program: list, scalar_loops: set) -> set:
