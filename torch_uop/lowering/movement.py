@@ -261,7 +261,7 @@ def _scatter_hits(x: LT, dim: int, index: LT) -> LT:
   idx = index.cast(dtypes.int64).pad(pads, -x.shape[dim] - 1)
   idx = idx.unsqueeze(x.ndim).transpose(dim, x.ndim)             # [.., 1 at dim, .., m]
   full = (*x.shape, m)
-  pos = LT.iota(x.shape[dim]).reshape(tuple(x.shape[dim] if d == dim else 1 for d in range(x.ndim + 1))).broadcast_to(full)
+  pos = LT.iota_along(full, dim)
   wrapped = (idx < 0).where(idx + x.shape[dim], idx)
   return (idx >= -x.shape[dim]) & wrapped.broadcast_to(full).eq(pos)
 
@@ -357,7 +357,7 @@ def _index_put(ctx, x, indices, values, accumulate: bool, check: bool):
     if check: ctx.check_index(indices[d], n, d, wraps=True)
     i = indices[d].cast(dtypes.int64).broadcast_to(bshape).reshape((1,) * x.ndim + (mcount,)).broadcast_to(full)
     i = (i < 0).where(i + n, i)
-    p = LT.iota(n).reshape(tuple(n if k == d else 1 for k in range(x.ndim + 1))).broadcast_to(full)
+    p = LT.iota_along(full, d)
     h = i.eq(p)
     hits = h if hits is None else hits & h
   if accumulate:
@@ -393,8 +393,7 @@ def diagonal_scatter(ctx, x, src, offset=0, dim1=0, dim2=1):
   n = src.shape[-1]
   if n == 0 or x.numel() == 0: return x
   shape = x.shape
-  i = LT.iota(shape[dim1]).reshape(tuple(shape[dim1] if d == dim1 else 1 for d in range(x.ndim))).broadcast_to(shape)
-  j = LT.iota(shape[dim2]).reshape(tuple(shape[dim2] if d == dim2 else 1 for d in range(x.ndim))).broadcast_to(shape)
+  i, j = LT.iota_along(shape, dim1), LT.iota_along(shape, dim2)
   on = (j - i).eq(offset)
   k = (i - max(-offset, 0)).maximum(0).minimum(n - 1)
   rest = [d for d in range(x.ndim) if d not in (dim1, dim2)]

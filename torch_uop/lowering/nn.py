@@ -398,7 +398,7 @@ def adaptive_max_pool(ctx, x, output_size):
     low = -math.inf if x.dtype.is_float else x.dtype.min()
     m = mask.where(xv, low).reduce(Ops.MAX, (axis,), True)
     hit = mask & xv.eq(m.broadcast_to(xv.shape))
-    pos = LT.iota(size).reshape(tuple(size if d == axis else 1 for d in range(xv.ndim))).broadcast_to(xv.shape)
+    pos = LT.iota_along(xv.shape, axis)
     sel = hit.where(pos, size).reduce(Ops.MIN, (axis,), False).minimum(size - 1)      # [.., O, ..]
     if flat is None: flat = sel
     else:
@@ -453,14 +453,18 @@ def avg_pool3d(ctx, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_i
 def _static(*sizes) -> bool: return not any(map(is_sym, sizes))
 
 
+def _given_scale(scale):
+  """eager's compute_scales_value for a scale the op was given: 1/scale as float32; None where it uses in/out."""
+  return np.float32(1.0 / scale) if scale is not None and scale > 0 else None
+
+
 def _nearest_table(in_size: int, out_size: int, scale, exact: bool) -> list:
   """[src(o) for each output position o] of static sizes, exactly as eager's nearest_idx / nearest_exact_idx."""
-  import numpy as np
   o = np.arange(out_size)
   if not exact and out_size == in_size: return o.tolist()
   if not exact and out_size == 2 * in_size: return (o >> 1).tolist()
-  # compute_scales_value: 1/scale when the op was given one, else in/out, as float32
-  s = np.float32(1.0 / scale) if scale is not None and scale > 0 else np.float32(in_size) / np.float32(out_size)
+  s = _given_scale(scale)
+  if s is None: s = np.float32(in_size) / np.float32(out_size)
   t = np.float32((o + 0.5) * np.float64(s)) if exact else o.astype(np.float32) * s
   return np.minimum(np.floor(t).astype(np.int64), in_size - 1).tolist()
 
@@ -471,7 +475,8 @@ def _nearest_source(o: LT, in_size, out_size, scale, exact: bool) -> LT:
   if not exact and out_size == in_size: return o
   if not exact and out_size == 2 * in_size: return o.alu(Ops.SHR, 1)
   f32 = dtypes.float32
-  if scale is not None and scale > 0: s = LT.full(o.shape, float(np.float32(1.0 / scale)), f32)
+  given = _given_scale(scale)
+  if given is not None: s = LT.full(o.shape, float(given), f32)
   else: s = LT.full(o.shape, in_size, f32) / LT.full(o.shape, out_size, f32)
   t = ((o.cast(dtypes.float64) + 0.5) * s.cast(dtypes.float64)).cast(f32) if exact else o.cast(f32) * s
   return t.math("floor").cast(dtypes.int64).minimum(in_size - 1)
@@ -497,10 +502,6 @@ def _scales(nd: int, scales: tuple, named: dict) -> list:
   return (list(scales) + [None] * nd)[:nd]
 
 
-def _dim_index(n, axis: int, shape: tuple) -> LT:
-  return LT.iota(n).reshape(tuple(n if k == axis else 1 for k in range(len(shape)))).broadcast_to(shape)
-
-
 def _upsample_nearest(ctx, x, output_size, *scales, nd: int, exact: bool = False, **named):
   """x resized along its last nd dims; `scales`: the .default overloads' per-dim scales, or the .vec overloads'
   one list of scale factors (their output size, given or not, is the node's)."""
@@ -516,8 +517,8 @@ def _upsample_nearest(ctx, x, output_size, *scales, nd: int, exact: bool = False
     inner, broad = [], []
     for d, f in enumerate(factors): inner += [x.shape[lead + d], 1]; broad += [x.shape[lead + d], f]
     return x.reshape(x.shape[:lead] + tuple(inner)).expand(x.shape[:lead] + tuple(broad)).reshape(shape)
-  indices = [_nearest_source(_dim_index(shape[lead + d], lead + d, shape), x.shape[lead + d], shape[lead + d],
-                             scale_list[d], exact) for d in range(nd)]
+  indices = [_nearest_source(LT.iota_along(shape, lead + d), x.shape[lead + d], shape[lead + d], scale_list[d], exact)
+             for d in range(nd)]
   return x.gather_nd(tuple(range(lead)) + tuple(("idx", d) for d in range(nd)), indices)
 
 
@@ -546,10 +547,10 @@ def _nearest_backward_dim(g: LT, axis: int, in_size, scale, exact: bool) -> LT:
   """g summed along axis into in_size positions, each over the output positions o with src(o) = it."""
   out_size = g.shape[axis]
   shape = g.shape[:axis] + (in_size,) + g.shape[axis + 1:]
-  i = _dim_index(in_size, axis, shape)
+  i = LT.iota_along(shape, axis)
   if not _static(in_size, out_size):   # every output position is a candidate: [.., in, out, ..] masked and summed
     full = shape[:axis + 1] + (out_size,) + shape[axis + 1:]
-    o = _dim_index(out_size, axis + 1, full)
+    o = LT.iota_along(full, axis + 1)
     hit = _nearest_source(o, in_size, out_size, scale, exact).eq(i.unsqueeze(axis + 1).broadcast_to(full))
     return hit.where(g.unsqueeze(axis).broadcast_to(full), 0.0).sum((axis + 1,), keepdim=False)
   readers: dict = {}

@@ -87,7 +87,7 @@ def _arg_extreme(x: LT, dim: int | None, keepdim: bool, is_max: bool) -> tuple[L
   hit = x.eq(m)
   if x.dtype.is_float: hit = hit | (x.isnan() & m.isnan())
   n = x.shape[dim]
-  iota = LT.iota(n).reshape(tuple(n if d == dim else 1 for d in range(x.ndim))).broadcast_to(x.shape)
+  iota = LT.iota_along(x.shape, dim)
   idx = hit.where(iota, iota.const_like(n)).reduce(Ops.MIN, (dim,), True)
   if not keepdim: m, idx = m.squeeze_dims((dim,)), idx.squeeze_dims((dim,))
   return m, idx

@@ -262,6 +262,13 @@ class LT:
     """[0, 1, ..., n-1]"""
     return LT(UOp(Ops.IOTA, dtype, (), n))
 
+  @staticmethod
+  def iota_along(shape: tuple, axis: int, dtype: DType = dtypes.int64) -> LT:
+    """Each position's index along `axis`, over a tensor of `shape`."""
+    axis %= len(shape)
+    n = shape[axis]
+    return LT.iota(n, dtype).reshape(tuple(n if d == axis else 1 for d in range(len(shape)))).broadcast_to(tuple(shape))
+
   def gather_nd(self, sources: tuple, indices: list) -> LT:
     """Data-dependent read. `indices` are LTs of the output's shape; `sources` has one entry per dim of
     self: an int j (use output index j) or ('idx', k) (use the value of indices[k]). Negative index
