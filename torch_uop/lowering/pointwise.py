@@ -63,7 +63,14 @@ def sub(ctx, a, b, alpha=1):
 @register(aten.mul.Tensor, aten.mul.Scalar)
 def mul(ctx, a, b):
   if ctx.dtype.is_bool: return elementwise(ctx, DEFAULT, lambda x, y: x & y, a, b)
+  # x * 1 is x, exactly, in every dtype: torch's addmm decomposition scales the product and the bias by 1, and a bias
+  # times 1 read through a broadcast became a kernel of its own in every linear layer
+  if _is_one(b): return elementwise(ctx, DEFAULT, lambda x, y: x, a, b)
+  if _is_one(a): return elementwise(ctx, DEFAULT, lambda x, y: y, a, b)
   return elementwise(ctx, DEFAULT, lambda x, y: x * y, a, b)
+
+
+def _is_one(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool) and x == 1
 
 
 try:  # prims.fma is defined by Inductor's prims module, which Dynamo has imported by the time a graph compiles
