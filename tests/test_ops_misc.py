@@ -278,3 +278,33 @@ def test_upsample_nearest_gradient_under_symbolic_sizes(kw):
     torch.testing.assert_close(x2.grad, x.grad)
   m = torch_uop.metrics()
   assert m["symbolic_graphs"] >= 2 and m["size_specializations"] == 0 and m["fallback_nodes_total"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+@pytest.mark.parametrize("one", [1, 1.0])
+def test_mul_by_one(dtype, one):
+  """x * 1 is x in torch's promoted dtype (int * 1.0 is float, bool * 1 is int64), for either operand order, with
+  NaN, inf and -0 as they are."""
+  x = torch.tensor([0.0, -0.0, 1.5, -2.0, float("nan"), float("inf"), 7.0]).to(dtype)
+  for fn in (lambda t: t * one, lambda t: one * t, lambda t: torch.mul(t, one)):
+    got, want = torch.compile(fn, backend="uop")(x), fn(x)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    if dtype.is_floating_point: assert torch.equal(got.signbit(), want.signbit())
+
+
+def test_linear_bias_is_read_where_it_lies():
+  """torch's addmm decomposition multiplies the product and the bias by 1. Where the sum is read by several kernels
+  (a residual stream read by a layer norm and the next residual add), the bias times 1 became a kernel of its own;
+  now every kernel's output is a 2-d or wider tensor (the packed weight panels, the GEMMs and their epilogues)."""
+  lin, lin2, ln = torch.nn.Linear(768, 192), torch.nn.Linear(192, 768), torch.nn.LayerNorm(192)
+  x, r = torch.randn(1, 197, 768), torch.randn(1, 197, 192)
+  def block(x, r):
+    h = r + lin(x)
+    return h + lin(lin2(ln(h)))
+  with torch_uop.debug.capture() as graphs, torch.no_grad():
+    got = torch.compile(block, backend="uop")(x, r)
+    want = block(x, r)
+  torch.testing.assert_close(got, want)
+  shapes = [tuple(g.buffers[k.buffers[0]].shape) for g in graphs for k in g.kernels]
+  assert shapes and all(len(s) >= 2 for s in shapes), shapes
