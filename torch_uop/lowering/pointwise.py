@@ -63,8 +63,8 @@ def sub(ctx, a, b, alpha=1):
 @register(aten.mul.Tensor, aten.mul.Scalar)
 def mul(ctx, a, b):
   if ctx.dtype.is_bool: return elementwise(ctx, DEFAULT, lambda x, y: x & y, a, b)
-  # x * 1 is x, exactly, in every dtype: torch's addmm decomposition scales the product and the bias by 1, and a bias
-  # times 1 read through a broadcast became a kernel of its own in every linear layer
+  # x * 1 is x, exactly, in every dtype: torch's addmm decomposition scales the product and the bias by 1, and where
+  # the sum is read by several kernels (a residual stream), the bias times 1 became a kernel of its own
   if _is_one(b): return elementwise(ctx, DEFAULT, lambda x, y: x, a, b)
   if _is_one(a): return elementwise(ctx, DEFAULT, lambda x, y: y, a, b)
   return elementwise(ctx, DEFAULT, lambda x, y: x * y, a, b)
