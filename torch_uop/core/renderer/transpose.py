@@ -99,6 +99,11 @@ def _tiles_in(stretch: list, before: set) -> dict:
         and not u.dtype.is_bool and VECTOR_BYTES // u.dtype.itemsize >= 2):
       candidates.setdefault(u.dtype, []).append(u)
   found: dict = {}
+  access_terms: dict = {}
+  if candidates:
+    for u in stretch:
+      if u.op in (Ops.LOAD, Ops.STORE):
+        access_terms.setdefault((u.op, u.src[0]), set()).add(base_and_offset(u.src[1])[0])
   for dtype, loads in candidates.items():
     lanes = VECTOR_BYTES // dtype.itemsize
     run_of = _runs(loads, lanes)
@@ -124,18 +129,18 @@ def _tiles_in(stretch: list, before: set) -> dict:
       tile = TransposeTile(rows, lanes, {})
       for j, (sources, store_run) in by_position.items():
         for k, ld in enumerate(sources): found[ld] = TileLoad(tile, j, k)
-        if all(s.src[2] is ld for s, ld in zip(store_run, sources)) and _stores_apart(store_run, stretch):
+        if all(s.src[2] is ld for s, ld in zip(store_run, sources)) and _stores_apart(store_run, access_terms):
           tile.vector_stores[j] = store_run
   return found
 
 
-def _stores_apart(store_run: list, stretch: list) -> bool:
+def _stores_apart(store_run: list, access_terms: dict) -> bool:
   """Whether a store run may be written at once where its last store stands: the stretch reads nothing from its
   buffer, and every store to that buffer in the stretch indexes from the same terms (so distinct constants are
-  distinct addresses)."""
-  buf, terms = store_run[0].src[0], base_and_offset(store_run[0].src[1])[0]
-  return all(not (u.op is Ops.LOAD and u.src[0] is buf) and
-             not (u.op is Ops.STORE and u.src[0] is buf and base_and_offset(u.src[1])[0] != terms) for u in stretch)
+  distinct addresses). `access_terms`: (LOAD or STORE, buffer) -> the index terms of its accesses in the stretch."""
+  buf = store_run[0].src[0]
+  terms = base_and_offset(store_run[0].src[1])[0]
+  return (Ops.LOAD, buf) not in access_terms and access_terms[(Ops.STORE, buf)] == {terms}
 
 
 def _store_runs(stores: list, lanes: int) -> list:
