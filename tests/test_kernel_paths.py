@@ -154,7 +154,7 @@ def test_gemm_loop_order_streams_the_big_operand_once(m, k, n, columns_outer):
 
 @pytest.mark.parametrize("m,k,n,packed", [(64, 128, 8192, True), (97, 256, 4096, True), (64, 128, 8160, False),
                                           (32, 128, 8192, False), (256, 128, 8192, True), (256, 512, 1024, False),
-                                          (197, 192, 768, False), (64, 768, 768, False), (128, 896, 2048, False)])
+                                          (197, 192, 768, False), (64, 768, 768, False), (128, 896, 2048, True)])
 @pytest.mark.parametrize("transposed", [False, True], ids=["x@W", "x@W.T"])
 def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
   """x @ W with W [K, N] bigger than linalg.PACK_MIN_BYTES (GPT-2's Conv1D layers; on a CPU with 16 vector registers,
@@ -182,8 +182,40 @@ def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
   g = torch.randn_like(want)
   for a, b in zip(torch.autograd.grad(got, (x, w), g), torch.autograd.grad(want, (x, w), g)):
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
-  outs = [tuple(step.shape) for kind, step in graphs[0].plan.steps if kind == "kernel"]  # the copy into panels
-  assert ((n // linalg.PANEL, k, linalg.PANEL) in outs) == packed
+  outs = [tuple(step.shape) for kind, step in graphs[0].plan.steps if kind == "kernel"]
+  panel_copies = [s[0] for s in outs if len(s) == 3 and s[1:] == (k, linalg.PANEL)]  # the copies into panels
+  assert bool(panel_copies) == packed
+  if packed:  # by column chunks of at most PACK_CHUNK_BYTES (or one panel), together the whole of W
+    assert sum(panel_copies) == n // linalg.PANEL
+    assert all(p == 1 or p * k * linalg.PANEL * 4 <= linalg.PACK_CHUNK_BYTES for p in panel_copies)
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["x@W", "x@W.T"])
+def test_weights_packed_by_chunks_keep_one_chunk_alive(transposed):
+  """Weights of several PACK_CHUNK_BYTES are packed and multiplied a column chunk at a time, each chunk's copy right
+  before its product (the scheduler keeps a copy of a slice of a graph input in its place, rather than running the
+  second layer's copies first): a feed-forward block's planned peak is its hidden activation twice (the chunks'
+  products and their join), one chunk's copy and the output, not a whole packed weight; the result matches eager."""
+  torch.manual_seed(0)
+  m, k, n = 128, 768, 3072
+  x, b1, b2 = torch.randn(m, k), torch.randn(n), torch.randn(k)
+  if transposed:
+    w1, w2 = torch.randn(n, k) / k ** 0.5, torch.randn(k, n) / n ** 0.5
+    fn = lambda x, w1, b1, w2, b2: F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)
+  else:
+    w1, w2 = torch.randn(k, n) / k ** 0.5, torch.randn(n, k) / n ** 0.5
+    fn = lambda x, w1, b1, w2, b2: torch.addmm(b2, F.relu(torch.addmm(b1, x, w1)), w2)
+  torch._dynamo.reset()
+  with torch.no_grad(), torch_uop.debug.capture() as graphs:
+    got = torch.compile(fn, backend="uop", options=FRESH)(x, w1, b1, w2, b2)
+  torch.testing.assert_close(got, fn(x, w1, b1, w2, b2), rtol=1e-4, atol=1e-4)
+  (graph,) = graphs
+  for rows in (k, n):  # each weight's copies, by chunks, cover its columns
+    chunks = [s.shape[0] for kind, s in graph.plan.steps
+              if kind == "kernel" and tuple(s.shape[1:]) == (rows, linalg.PANEL)]
+    assert len(chunks) > 1 and sum(chunks) == (n if rows == k else k) // linalg.PANEL
+  hidden, out, weight = m * n * 4, m * k * 4, k * n * 4
+  assert graph.peak_bytes <= 2 * hidden + linalg.PACK_CHUNK_BYTES + out < weight + hidden
 
 
 @pytest.mark.parametrize("t,m,n,copied", [(256, 384, 128, True), (200, 96, 72, True), (256, 384, 48, False),
@@ -496,8 +528,8 @@ TRANSPOSE_TILES = [
   # (input shape, the transposing view copied, the (load axis, store axis) of the output tiled, or None)
   ((96, 64), lambda w: w.t(), (1, 0)),                                    # a weight transposed for x @ W.T
   ((2, 3, 40, 16), lambda k: k.transpose(-1, -2), (3, 2)),               # attention's k^T, heads kept
-  ((1, 8, 8, 24), lambda x: x.permute(0, 3, 1, 2), (1, 3)),              # NHWC -> NCHW
-  ((1, 24, 8, 8), lambda x: x.permute(0, 2, 3, 1), (2, 3)),              # NCHW -> NHWC
+  ((1, 16, 16, 24), lambda x: x.permute(0, 3, 1, 2), (1, 3)),            # NHWC -> NCHW
+  ((1, 24, 16, 16), lambda x: x.permute(0, 2, 3, 1), (2, 3)),            # NCHW -> NHWC
   ((30, 64), lambda w: w.t(), (1, 0)),                                   # 30 rows: the last tile overlaps the one before
   ((197, 36), lambda w: w.t(), (1, 0)),                                  # neither size divides (ViT's 197 tokens)
   ((6, 64), lambda w: w.t(), None),                                      # 6 rows: shorter than a tile
@@ -520,7 +552,8 @@ def test_transposing_copy_is_tiled_square(shape, view, axes):
   (kernel,) = graphs[0].kernels
   tiled = tuple(a for a, f in kernel.opts.upcast if f > 1)
   assert tiled == (tuple(sorted(axes)) if axes else ())
-  assert all(f == 8 for _, f in kernel.opts.upcast)
+  from torch_uop.runtime.cpu import vector_unit
+  assert all(f == vector_unit().lanes for _, f in kernel.opts.upcast)  # a square of one vector register's lanes
 
 
 @pytest.mark.parametrize("shape,fn", [
