@@ -17,7 +17,6 @@ import torch
 from torch_uop.core.uop import Ops
 from torch_uop.lowering.registry import register, Unsupported, graph_vector_unit
 from torch_uop.lowering.tensor import LT, compute_dtype
-from torch_uop.lowering.movement import concat
 from torch_uop.core.sym import is_sym
 from torch_uop.core.opt import VECTOR_UPCAST, SWEEP_CACHE_BYTES
 
@@ -113,30 +112,15 @@ def _copies_transposed_a(a: LT, b: LT) -> bool:
   return m >= PACK_MIN_ROWS and k >= SHORT_REDUCE and n >= TRANSPOSED_A_MIN_COLUMNS
 
 
-PACK_CHUNK_BYTES = 2 << 20  # b is packed and multiplied by column chunks of at most this many bytes (below)
-
-
 def _panel_matmul(a: LT, b: LT) -> LT:
-  """a [M, K] @ b [K, N] over b packed as [N / PANEL, K, PANEL], by column chunks of at most PACK_CHUNK_BYTES joined
-  along N. Packed whole, a big weight's copy (BERT's 768 x 3072: 9 MiB) is the biggest buffer of an inference call;
-  by chunks, each chunk's copy is freed once its product is written, so at most one lives at a time (the scheduler
-  runs a chunk's copy where its product needs it, not before)."""
+  """a [M, K] @ b [K, N] over b packed as [N / PANEL, K, PANEL] (one copy of b)."""
   m, k = a.shape
   n = b.shape[-1]
-  panels_per_chunk = max(1, PACK_CHUNK_BYTES // (k * PANEL * b.dtype.itemsize))
-  starts = range(0, n // PANEL, panels_per_chunk)
-  chunks = [_panel_chunk(a, b.shrink([(0, k), (s * PANEL, min(n, (s + panels_per_chunk) * PANEL))])) for s in starts]
-  return concat(chunks, 1)
-
-
-def _panel_chunk(a: LT, b: LT) -> LT:
-  m, k = a.shape
-  panel_count = b.shape[-1] // PANEL
-  panels = b.reshape((k, panel_count, PANEL)).permute((1, 0, 2)).contiguous()            # [N/P, K, P]
-  full = (m, panel_count, PANEL, k)
+  panels = b.reshape((k, n // PANEL, PANEL)).permute((1, 0, 2)).contiguous()            # [N/P, K, P]
+  full = (m, n // PANEL, PANEL, k)
   a4 = a.reshape((m, 1, 1, k)).expand(full)
-  b4 = panels.permute((0, 2, 1)).reshape((1, panel_count, PANEL, k)).expand(full)
-  return (a4 * b4).sum((3,), keepdim=False).reshape((m, panel_count * PANEL))
+  b4 = panels.permute((0, 2, 1)).reshape((1, n // PANEL, PANEL, k)).expand(full)
+  return (a4 * b4).sum((3,), keepdim=False).reshape((m, n))
 
 
 @register(aten.mm.default, aten.bmm.default)
