@@ -63,7 +63,7 @@ def test_wrong_candidate_is_rejected(quick_search, monkeypatch):
   # from the heuristic's (whose tiles, 3 or 4 rows, divide 60) and must lose, however fast it runs
   bad = KernelOpts(((0, 7),), 0, None)
   monkeypatch.setattr(search, "neighbours", lambda opts, shape, reduces: [bad])
-  monkeypatch.setattr(codegen, "upcast_trips", lambda size, factor: size // factor)
+  monkeypatch.setattr(codegen, "upcast_trips", lambda size, factor, clamped=False: size // factor)
   timings = []
   real_run = search._Bench.run
 

@@ -168,3 +168,33 @@ def test_a_graph_the_symbolic_path_cannot_hold_runs_as_static_copies(monkeypatch
     torch.testing.assert_close(compiled(x), fn(x))
   m = assert_ran_natively()
   assert m["symbolic_graphs"] == 0 and m["size_specializations"] == 3
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["x@W", "x@W.T"])
+def test_gemm_rows_of_symbolic_size_are_register_blocked(transposed, monkeypatch):
+  """A GEMM whose row count is a size variable (a batch or sequence length) is register-blocked over its rows like a
+  static one, its last tile clamping the positions past the end (codegen._upcast_index, clamped): no guard, so one
+  symbolic graph serves every size, from 2 rows (fewer than a tile) up, and every size agrees with eager, in the
+  forward and the backward."""
+  from torch_uop.core import codegen
+  clamped_calls = []
+  real = codegen._upcast_index
+  def spy(r, factor, offset, size, clamped=False):
+    if clamped: clamped_calls.append(factor)
+    return real(r, factor, offset, size, clamped)
+  monkeypatch.setattr(codegen, "_upcast_index", spy)
+  torch.manual_seed(0)
+  w = torch.randn(96, 64, requires_grad=True) if transposed else torch.randn(64, 96, requires_grad=True)
+  fn = (lambda x, w: F.linear(x, w).relu()) if transposed else (lambda x, w: (x @ w).relu())
+  compiled = fresh_compiled(fn)
+  for n in (19, 2, 3, 8, 9, 130):
+    x = torch.randn(n, 64, requires_grad=True)
+    torch._dynamo.mark_dynamic(x, 0)
+    got, want = compiled(x, w), fn(x, w)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    g = torch.randn_like(want)
+    for a, b in zip(torch.autograd.grad(got, (x, w), g), torch.autograd.grad(want, (x, w), g)):
+      torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+  m = assert_ran_natively()
+  assert _dynamo_graphs() == 1 and m["size_specializations"] == 0 and m["symbolic_graphs"] == 2  # forward, backward
+  assert clamped_calls and min(clamped_calls) >= 2, "no kernel blocked its rows of symbolic size"

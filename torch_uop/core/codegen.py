@@ -192,20 +192,30 @@ def _strided(idxs, strides) -> UOp:
   return flat
 
 
-def upcast_trips(size, factor: int):
+def upcast_trips(size, factor: int, clamped: bool = False):
   """Iterations of an output loop upcast by `factor`: one more for a partial last tile when factor does not divide
-  size (only a constant size: opt.py upcasts a symbolic one only by a factor it divides, under a guard)."""
-  return size // factor if isinstance(size, Sym) or size % factor == 0 else -(-size // factor)
+  size. A symbolic size is divided by its factor (opt.py guards that for a SIMD axis) unless `clamped` (a blocked
+  axis of symbolic size: its last tile clamps, _upcast_index)."""
+  if isinstance(size, Sym): return (size + (factor - 1)) // factor if clamped else size // factor
+  return size // factor if size % factor == 0 else -(-size // factor)
 
 
-def _upcast_index(r: UOp, factor: int, offset: int, size) -> UOp:
+def _upcast_index(r: UOp, factor: int, offset: int, size, clamped: bool = False) -> UOp:
   """Position `offset` of tile r. Where factor does not divide size, the last tile starts early, at size - factor,
   overlapping the one before it: its positions compute and store values that tile stored already (no kernel writes
   a buffer it reads), and a tile's positions stay consecutive, so its loads and stores along the axis are still
-  vectors. An axis shorter than the factor clamps its positions past the end to the last one instead."""
+  vectors. An axis shorter than the factor, or a `clamped` one of symbolic size (any size, no guard: register
+  blocking over a batch or sequence length), clamps its positions past the end to the last one instead."""
+  if clamped: return (r * _c(factor) + _c(offset)).minimum(_c(size - 1))
   if upcast_trips(size, factor) * factor == size: return r * _c(factor) + _c(offset)
   if size >= factor: return (r * _c(factor)).minimum(_c(size - factor)) + _c(offset)
   return (r * _c(factor) + _c(offset)).minimum(_c(size - 1))
+
+
+def _clamped(opts: KernelOpts, shape: tuple, axis: int) -> bool:
+  """Whether an upcast output axis of symbolic size clamps its last tile: all but the SIMD axis, whose factor opt.py
+  guards to divide it."""
+  return isinstance(shape[axis], Sym) and opts.factor(axis) > 1 and axis != opts.vector_axis
 
 
 def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
@@ -216,12 +226,14 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
   loops = []
   for d, s in enumerate(out_shape):
     kind = "split" if d == opts.split_axis else "global"
-    loops.append(None if s == 1 else UOp(Ops.RANGE, IDX, (_c(upcast_trips(s, opts.factor(d))),), (d, kind)))
+    trips = upcast_trips(s, opts.factor(d), _clamped(opts, out_shape, d))
+    loops.append(None if s == 1 else UOp(Ops.RANGE, IDX, (_c(trips),), (d, kind)))
   out_buf = ev.buf(item.out_slot, root.dtype)
   stores = []
   # each axis' index at each of its tile positions, built once
   axis_idxs = [[_c(0)] if r is None else [r] if opts.factor(d) == 1 else
-               [_upcast_index(r, opts.factor(d), o, out_shape[d]) for o in range(opts.factor(d))] for d, r in enumerate(loops)]
+               [_upcast_index(r, opts.factor(d), o, out_shape[d], _clamped(opts, out_shape, d)) for o in range(opts.factor(d))]
+               for d, r in enumerate(loops)]
   for idxs in itertools.product(*axis_idxs):
     value = ev.eval(root, idxs, UOp.const(dtypes.bool, True))
     # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same
@@ -365,7 +377,7 @@ def _divided_variables(ast: UOp, item: KernelItem, opts: KernelOpts) -> UOp:
   mapping = {}
   for axis, f in opts.upcast:
     size = item.root.shape[axis]
-    if not isinstance(size, Sym): continue
+    if not isinstance(size, Sym) or _clamped(opts, item.root.shape, axis): continue
     v = size.uop
     name = f"{v.arg[0]}_div{f}"
     if name not in position:

@@ -18,8 +18,9 @@ output position is its own work-item (no upcast, no thread split) and long reduc
 output axes along which some load is invariant, when the kernel reduces (a register-blocking factor need not
 divide a constant axis: the last tile then overlaps the one before it). It reads shapes and index
 expressions only; it never runs anything. With symbolic sizes (core/sym.py) it reads the first call's
-sizes where it only estimates; an upcast needs a factor that divides its axis for every size the graph
-serves, so a symbolic axis is only the SIMD axis, under a guard (codegen's _divided_variables).
+sizes where it only estimates. A symbolic SIMD axis needs a factor that divides it for every size the graph serves,
+under a guard (codegen's _divided_variables); a symbolic axis blocked for registers needs none: its last tile clamps
+its positions past the end (codegen's _upcast_index).
 """
 from __future__ import annotations
 import itertools
@@ -199,11 +200,11 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
     blockable = []
     for axis in sorted(ranges, reverse=True):
       size, r = out_shape[axis], ranges[axis]
-      # register blocking stays off symbolic axes: they are often batch sizes, which any guard on divisibility
-      # would split into several compiles
-      if is_sym(size): continue
-      # next to a SIMD axis, a taller tile (up to 8 rows) keeps more accumulators in registers
-      factor = _block_factor(size, vectors.rows_beside(simd_registers) if vector_axis is not None else vectors.square_factor())
+      # next to a SIMD axis, a taller tile (up to 8 rows) keeps more accumulators in registers. An axis of symbolic
+      # size (a batch or sequence length) takes the preferred factor: its last tile clamps its positions past the end
+      # (codegen's _upcast_index), which needs no guard, so one compile still serves every size
+      preferred = vectors.rows_beside(simd_registers) if vector_axis is not None else vectors.square_factor()
+      factor = preferred if is_sym(size) else _block_factor(size, preferred)
       if axis == vector_axis or not factor: continue
       if vector_loads and all(_depends_on(ld.src[1], r, cache) for ld in vector_loads): continue
       # (what moves along the axis may be a load or an index compare, as in a one-hot sum)
@@ -213,7 +214,9 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
   if not reduces: upcast = _transpose_tile(out_shape, nodes, ranges, all_ranges, vectors)
   factors = dict(upcast)
   # (a symbolic size is at least 2 when its variable's range says so; otherwise the split is a guarded decision)
-  looped = [a for a in range(len(out_shape)) if out_shape[a] // factors.get(a, 1) >= 2]
+  # (a blocked axis of symbolic size is looped over as it was unblocked: its tile count would be a new guard)
+  looped = [a for a in range(len(out_shape))
+            if out_shape[a] // (1 if is_sym(out_shape[a]) and a != vector_axis else factors.get(a, 1)) >= 2]
   order = () if reduces else _read_order(out_shape, nodes, ranges, all_ranges)
   if order: looped = [a for a in order if a in looped]
   split = _outermost_axis(looped, ranges, nodes, reduces) if reduces and len(looped) >= 2 else next(iter(looped), None)
