@@ -438,4 +438,8 @@ def target_id() -> tuple[str, str, str]:
   # LLVM's tuning for AVX-512 CPUs prefers 256-bit vectors (older cores slowed their clock for 512-bit ones), which
   # halves a GEMM's FMA width; the kernels here are long arithmetic loops, where 512-bit vectors pay
   if "+avx512f" in features.split(",") and os.environ.get("TORCH_UOP_AVX512", "1") != "0": features += ",-prefer-256-bit"
+  # no vector gathers: on an Intel Emerald Rapids (LLVM 22, -O3) the masked gathers LLVM made for a fractional max
+  # pool's index kernel read wrong elements (every index the "none found" sentinel), and where they are right they are
+  # slow (microcoded on Zen, under the Downfall mitigation on older Intel cores); loads stay scalar, the math SIMD
+  if "+avx2" in features.split(","): features += ",+prefer-no-gather"
   return (llvm.get_host_cpu_name(), features, llvm.__name__ + repr(getattr(llvm, "llvm_version_info", ("?",))))
