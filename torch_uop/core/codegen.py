@@ -14,17 +14,23 @@ import itertools
 import math
 from dataclasses import dataclass
 import dataclasses
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort, graph_rewrite, substitute, _const_key
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis
+from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis, stride_along
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext, known_equal
 
 IDX = dtypes.index
 LOOP_AXIS_BASE = 1000  # axis ids of LT.loop counters (output axes count from 0, reduce axes from 100)
+STAGE_AXIS_BASE = 2000  # axis ids of the loops copying a staged slab (STAGE_AXES_PER_COPY per copy)
+STAGE_AXES_PER_COPY = 16
+STAGE_LOCAL_BASE = 100  # DEFINE_LOCAL ids of staged slabs (row caches count from 0)
+STAGE_MAX_BYTES = 512 << 10  # the most a kernel's staged slabs take: they live on the stack of the thread running it
+STAGE_TILE = 8  # a slab is copied in square tiles of this side over its last two dims: the LLVM renderer loads a tile's
+                # rows as vectors and transposes them in registers where it is stored crosswise (renderer/transpose.py)
 
 
 def _c(v) -> UOp: return UOp.const(IDX, v)
@@ -57,8 +63,12 @@ class Kernel:
 
 
 class _Evaluator:
-  def __init__(self, item: KernelItem, opts: KernelOpts):
+  def __init__(self, item: KernelItem, opts: KernelOpts, staging: str = "off"):
     self.item, self.opts = item, opts
+    # staged copies (LT.staged): "copy" copies their slabs into local arrays (the CPU), "plan" reads them as if they
+    # were in memory of their own (what the optimizer reads: the loads a realized copy gives), "off" reads their source
+    self.staging = staging
+    self.stages: dict = {}  # (staged node, its dim-0 index) -> AFTER(local array, the copy's STORE); None in "plan"
     self.args: dict[int, UOp] = {}  # slot -> DEFINE_GLOBAL
     self.memo: dict = {}
     self.broadcast_dims: dict = {}  # VIEW -> the dims it does not read (_read_dims)
@@ -153,6 +163,8 @@ class _Evaluator:
         i = (i < _c(0)).where(i + size, i)
         new.append(i.maximum(_c(0)).minimum(size - _c(1)))  # never read out of bounds, whatever the data
       return self.eval(x, tuple(new), gate)
+    if node.op is Ops.CONTIGUOUS and node.arg == STAGED and node is not self.item.root and self._stages(node, idxs, gate):
+      return self._staged(node, idxs)
     if node.op is Ops.CONTIGUOUS: return self.eval(node.src[0], idxs, gate)
     if node.op is Ops.LOOP: return self._loop(node, idxs, gate)
     if node.op is Ops.LOOP_VAR:  # inside its loop's step: the counter or a state value of that loop
@@ -161,6 +173,41 @@ class _Evaluator:
     if node.op in ELEMENTWISE:
       return node.replace(src=tuple(self.eval(s, idxs, gate) for s in node.src))
     raise NotImplementedError(f"codegen cannot evaluate {node.op}")
+
+  def _stages(self, node: UOp, idxs: tuple, gate: UOp) -> bool:
+    """Whether this read of a staged node goes through a local copy of its slab: on the CPU, ungated, outside row
+    reductions, for a dim-0 index no reduce loop moves (the slab is copied once per outer iteration, then read by
+    all the reduction's steps), a slab of constant size, and within STAGE_MAX_BYTES for the kernel. Otherwise the
+    kernel reads the source itself."""
+    if (node, idxs[0]) in self.stages: return True
+    slab = node.shape[1:]
+    if self.staging == "off" or not (gate.op is Ops.CONST and gate.arg) or self.item.row_reduces: return False
+    if any(not isinstance(n, int) for n in slab): return False
+    if any(u.op is Ops.RANGE and u.arg[1] not in ("global", "split") for u in idxs[0].toposort()): return False
+    staged_bytes = sum(math.prod(k.shape[1:]) * k.dtype.itemsize for k, _ in self.stages)
+    return staged_bytes + math.prod(slab) * node.dtype.itemsize <= STAGE_MAX_BYTES
+
+  def _staged(self, node: UOp, idxs: tuple) -> UOp:
+    """A read of a staged node at idxs: from the local array holding its slab at idxs[0]. The copy is a STORE in
+    loops of its own (kind "stage"), which linearize places once the loops of idxs[0] are open, before the others."""
+    slab = node.shape[1:]
+    key = (node, idxs[0])
+    if self.staging == "plan":  # the optimizer's view: a buffer of its own
+      self.stages[key] = None
+      return UOp(Ops.LOAD, node.dtype, (UOp(Ops.DEFINE_GLOBAL, node.dtype, (), -1), _strided(idxs, contiguous_strides(node.shape))))
+    strides = contiguous_strides(slab)
+    if key not in self.stages:
+      k = len(self.stages)
+      tiled = [len(slab) >= 2 and d >= len(slab) - 2 and all(n % STAGE_TILE == 0 for n in slab[-2:]) for d in range(len(slab))]
+      ranges = [UOp(Ops.RANGE, IDX, (_c(n // STAGE_TILE if t else n),), (STAGE_AXIS_BASE + STAGE_AXES_PER_COPY * k + d, "stage"))
+                for d, (n, t) in enumerate(zip(slab, tiled))]
+      local = UOp(Ops.DEFINE_LOCAL, node.dtype, (), (STAGE_LOCAL_BASE + k, math.prod(slab)))
+      true = UOp.const(dtypes.bool, True)
+      stores = []
+      for at in itertools.product(*[[r * _c(STAGE_TILE) + _c(o) for o in range(STAGE_TILE)] if t else [r] for r, t in zip(ranges, tiled)]):
+        stores.append(UOp(Ops.STORE, dtypes.void, (local, _strided(at, strides), self.eval(node.src[0], (idxs[0], *at), true))))
+      self.stages[key] = UOp(Ops.AFTER, node.dtype, (local, *stores))
+    return UOp(Ops.LOAD, node.dtype, (self.stages[key], _strided(idxs[1:], strides)))
 
   def _loop(self, node: UOp, idxs: tuple, gate: UOp) -> UOp:
     """One kernel loop per (LT.loop, output position): a RANGE counting to the element's trip count and a
@@ -218,9 +265,10 @@ def _clamped(opts: KernelOpts, shape: tuple, axis: int) -> bool:
   return isinstance(shape[axis], Sym) and opts.factor(axis) > 1 and axis != opts.vector_axis
 
 
-def _kernel_ast(item: KernelItem, opts: KernelOpts) -> tuple[UOp, _Evaluator]:
-  """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position."""
-  ev = _Evaluator(item, opts)
+def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off") -> tuple[UOp, _Evaluator]:
+  """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position. `staging`: how
+  staged copies are read (_Evaluator)."""
+  ev = _Evaluator(item, opts, staging)
   root = item.root
   out_shape = root.shape
   loops = []
@@ -333,13 +381,13 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
   "gpu" (OpenCL and CUDA: core/opt.py gpu_opts, with groups of at most `max_group` work-items, for a device running
   `parallelism` work-items at once)."""
   ast = None
+  cpu = device_kind == "cpu"
   if opts is None:
-    plain, plain_ev = _kernel_ast(item, KernelOpts())
-    opts = heuristic_opts(item.root.shape, plain, vectors) if device_kind == "cpu" else \
-      gpu_opts(item.root.shape, plain, max_group, parallelism)
-    # without upcasts the kernel is the plain AST with its split loop relabeled: no second build
-    if not opts.upcast and opts.vector_axis is None: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
-  if ast is None: ast, ev = _kernel_ast(item, opts)
+    plain, plain_ev = _kernel_ast(item, KernelOpts(), "plan" if cpu else "off")
+    opts = heuristic_opts(item.root.shape, plain, vectors) if cpu else gpu_opts(item.root.shape, plain, max_group, parallelism)
+    # without upcasts (or staged copies) the kernel is the plain AST with its split loop relabeled: no second build
+    if not opts.upcast and opts.vector_axis is None and not plain_ev.stages: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
+  if ast is None: ast, ev = _kernel_ast(item, opts, "copy" if cpu else "off")
   if item.row_reduces: ast = _cache_row_values(ast)
   # polynomial exp/erf vectorize on the CPU; a GPU-style device has its own math functions (and rounds to bf16 itself)
   if device_kind == "cpu" and transcendental.may_rewrite(ast.toposort()): ast = graph_rewrite(ast, transcendental)
@@ -394,6 +442,8 @@ def _ranges_of(u: UOp, cache: dict) -> frozenset:
   if u in cache: return cache[u]
   if u.op is Ops.RANGE: r = frozenset([u]) | _ranges_of(u.src[0], cache)  # an LT.loop's trip count is data
   elif u.op is Ops.REDUCE: r = _ranges_of(u.src[0], cache) - frozenset(u.src[1:])
+  elif u.op is Ops.AFTER:  # (what it waits for is done once its loops end)
+    r = frozenset(x for s in u.src[1:] for x in _ranges_of(s, cache) if x.arg[1] != "stage")
   else:
     r = frozenset()
     for s in u.src: r |= _ranges_of(s, cache)
@@ -411,14 +461,16 @@ def linearize(sink: UOp, loop_order: tuple = ()) -> list[UOp]:
   if has_row_reductions(reduces): return _linearize_rows(nodes, rcache)
   reduce_ranges = _order_reduce_ranges(list(reduces[0].src[1:]), nodes, rcache) if reduces else []
   outer_ranges = _output_ranges(nodes, set(reduce_ranges), loop_order)
+  skip = {Ops.RANGE, Ops.SINK, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.LOOP_VAR}
+  loop_of = _loop_membership(nodes)
+  stage_blocks, staged = _stage_blocks(nodes, rcache, outer_ranges, skip)
+  nodes = [n for n in nodes if n not in staged]
   after_reduce: dict = {}
 
   def depends_on_reduce(u: UOp) -> bool:
     if u not in after_reduce: after_reduce[u] = u.op is Ops.REDUCE or any(depends_on_reduce(s) for s in u.src)
     return after_reduce[u]
 
-  loop_of = _loop_membership(nodes)
-  skip = {Ops.RANGE, Ops.SINK, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.LOOP_VAR}
   program: list[UOp] = [n for n in nodes if n.op is Ops.DEFINE_GLOBAL]
   rset = set(reduce_ranges)
   body_nodes = [n for n in nodes if loop_of[n] and n.op not in skip]
@@ -427,7 +479,8 @@ def linearize(sink: UOp, loop_order: tuple = ()) -> list[UOp]:
   # what no loop moves (size variables and arithmetic on them: symbolic loop bounds) comes before every loop
   program += [n for n in pre if not rcache[n] and n.op is not Ops.STORE]
   pre = [n for n in pre if rcache[n] or n.op is Ops.STORE]
-  program += outer_ranges
+  program += stage_blocks.get(-1, [])
+  for d, r in enumerate(outer_ranges): program += [r, *stage_blocks.get(d, [])]
   inner = [n for n in nodes if n.op not in skip and not depends_on_reduce(n) and (rcache[n] & rset)]
   post = [n for n in nodes if n.op not in skip and depends_on_reduce(n) and n.op is not Ops.REDUCE]
   if reduces:
@@ -461,10 +514,41 @@ def linearize(sink: UOp, loop_order: tuple = ()) -> list[UOp]:
   return _expand_loops(program, body_nodes, loop_of) if body_nodes or any(n.op is Ops.LOOP for n in program) else program
 
 
+def _stage_blocks(nodes: list, rcache: dict, outer_ranges: list, skip: set) -> tuple[dict, set]:
+  """The copies of staged slabs (codegen's _Evaluator._staged: STOREs into local arrays, in loops of kind "stage"),
+  each placed as soon as the output loops its slab depends on are open, before the loops inside them: a weight panel
+  is copied once per iteration of the thread-split loop over panels, then read by every tile of rows. Returns {depth
+  in outer_ranges (-1: before them): the program lines to emit there} and the nodes they hold."""
+  position = {r: d for d, r in enumerate(outer_ranges)}
+  copies: dict = {}  # the copy's loops -> its stores
+  for n in nodes:
+    loops = frozenset(r for r in rcache[n] if r.arg[1] == "stage")
+    if n.op is Ops.STORE and n.src[0].op is Ops.DEFINE_LOCAL and loops: copies.setdefault(loops, []).append(n)
+  blocks: dict = {}
+  placed: set = set()
+  for loops, stores in copies.items():
+    above = set(toposort(stores))
+    # what the copy computes, in graph order; what moves with no loop (size variables) stays before every loop
+    own = [n for n in nodes if n in above and n not in placed and n.op not in skip and n.op is not Ops.DEFINE_LOCAL and rcache[n]]
+    body = [n for n in own if rcache[n] & loops]
+    # the innermost loop is the one the loads move along the least (reading the source in order)
+    loads = [n for n in body if n.op is Ops.LOAD]
+    ranges = [n for n in nodes if n in above and n.op is Ops.RANGE]
+    moved = {r: sum(abs(stride_along(ld.src[1], r, ranges) or 0) for ld in loads) for r in loops}
+    order = sorted(loops, key=lambda r: (-moved[r], r.arg[0]))
+    level = {r: d for d, r in enumerate(order)}
+    lines = [n for n in own if not rcache[n] & loops]
+    for d, r in enumerate(order): lines += [r, *[n for n in body if max(level[x] for x in rcache[n] & loops) == d]]
+    lines += [UOp(Ops.ENDRANGE, dtypes.void, (r,)) for r in reversed(order)]
+    blocks.setdefault(max((position[r] for s in stores for r in rcache[s] if r in position), default=-1), []).extend(lines)
+    placed |= set(own)
+  return blocks, placed
+
+
 def _output_ranges(nodes: list, reduce_ranges: set, loop_order: tuple = ()) -> list:
   """The kernel's output loops in `loop_order` (else axis order), the thread-split loop outermost."""
   place = {a: k for k, a in enumerate(loop_order)}
-  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] != "loop"} - reduce_ranges,
+  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] not in ("loop", "stage")} - reduce_ranges,
                 key=lambda r: (r.arg[1] != "split", place.get(r.arg[0], r.arg[0])))
 
 

@@ -15,7 +15,7 @@ memory (the executor does).
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, toposort
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort
 from torch_uop.core.dtypes import DType
 from torch_uop.core.shapetracker import contiguous_strides
 from torch_uop.core.sym import hint, is_sym
@@ -138,6 +138,15 @@ def _shared_expressions(roots: list, realized: set) -> set:
   return costly - inner
 
 
+def _staged(u: UOp) -> bool: return u.op is Ops.CONTIGUOUS and u.arg == STAGED
+
+
+def _reads_only(u: UOp, buffers: frozenset) -> bool:
+  """Whether every buffer u reads is one of `buffers`."""
+  leaves = [n for n in u.toposort() if _is_buffer(n)]
+  return bool(leaves) and all(n in buffers for n in leaves)
+
+
 def _reads_broadcast(u: UOp) -> bool:
   """Whether an operand is read through a broadcasting view (possibly under casts and reshapes)."""
   while u.op is Ops.CAST or (u.op is Ops.VIEW and _expansion(u) == 1): u = u.src[0]
@@ -230,7 +239,7 @@ def _kernel_reduces(root: UOp, realized: set, row_fusion: bool, touched: set) ->
     if node.op is Ops.VIEW:
       src = node.src[0]
       factor = _expansion(node)
-      if factor > 1 and src not in realized and not _is_buffer(src):
+      if factor > 1 and src not in realized and not _is_buffer(src) and not _staged(src):
         cost = _recompute_cost(src, realized, touched)
         # an operand of a reduction read many times over (a GEMM prologue: relu(h) @ W) is worth a pass of its own
         # whatever it costs: a register tile recomputes it in its inner loop, once per tile of the other axis
@@ -311,19 +320,22 @@ def _freeing_first_order(nodes: list, realized: set, keep: set) -> list:
 
 
 def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_strides: dict | None = None,
-             row_fusion: bool = False, split_costly_epilogues: bool = False) -> Schedule:
+             row_fusion: bool = False, split_costly_epilogues: bool = False,
+             constant_buffers: frozenset = frozenset()) -> Schedule:
   """roots: tensor nodes that must be in memory. input_slots: BUFFER node -> slot (given by the caller).
   root_strides: realized node -> the element strides its buffer must have (e.g. a graph output's eager
   layout, possibly with stride 0 or overlap); others are contiguous. row_fusion: a reduction over the trailing
   axes that is broadcast back along them into one kernel is computed there, once per row (_broadcast_back), instead
   of in a kernel of its own (for the CPU, where a row's second pass reads the cache; not for GPU-style devices,
   where every work-item would redo the whole row). split_costly_epilogues: a contraction's epilogue with a math
-  function that expands into many operations runs in a kernel of its own (for the CPU's register tiles)."""
+  function that expands into many operations runs in a kernel of its own (for the CPU's register tiles).
+  constant_buffers: input BUFFER nodes that every call passes unchanged (frozen weights): a staged copy
+  (LT.staged) of those alone is realized, so the executor's prologue makes it once instead of every call."""
   nodes = toposort(roots)
   realized: set = set(r for r in roots if not _is_buffer(r))
   for n in nodes:
     if n.op is Ops.FALLBACK: realized.update(s for s in n.src if not _is_buffer(s))
-    if n.op is Ops.CONTIGUOUS: realized.add(n)
+    if n.op is Ops.CONTIGUOUS and (n.arg != STAGED or _reads_only(n, constant_buffers)): realized.add(n)
   # fixpoint: realize reductions that cannot be fused where they are read, and expensive expressions read
   # through a broadcast (e.g. an activation feeding a matmul, recomputed once per output column otherwise)
   walks: dict = {}  # kernel root -> (its _kernel_reduces answer, the nodes it depends on), kept while those stay unrealized

@@ -46,9 +46,9 @@ MIN_GAIN = 0.05          # a winner must beat the heuristic by this fraction, el
 CONFIRM_RUNS, CONFIRM_S = 10, 0.3  # the final heuristic-vs-best check: alternate runs, up to this many or seconds
 
 
-def _plain_ast(item):
+def _plain_ast(item, gpu: bool = False):
   from torch_uop.core.codegen import _kernel_ast
-  return _kernel_ast(item, KernelOpts())[0]
+  return _kernel_ast(item, KernelOpts(), "off" if gpu else "plan")[0]
 
 
 def _default_split(shape: tuple, upcast: tuple) -> int | None:
@@ -277,10 +277,10 @@ def beam_search(item, width: int, opt_level: int = 3, name: str = "", target=Non
 
 def _beam_search(item, width: int, opt_level: int, name: str, target=None) -> KernelOpts | None:
   from torch_uop.runtime import cache
-  plain = _plain_ast(item)
+  gpu = target is not None and target.kind == "gpu"
+  plain = _plain_ast(item, gpu)
   if not _searchable(item, plain): return None
   st = _metrics.state()
-  gpu = target is not None and target.kind == "gpu"
   key = _tuning_key(item, width, opt_level, target)
   hit = cache.load_tuning(key)
   if hit is not None:

@@ -27,7 +27,8 @@ class Ops(enum.Enum):
   REDUCE_AXIS = enum.auto()   # arg=(reduce op, axes)
   GATHER = enum.auto()        # data-dependent read; src=(x, *index tensors), arg=per-x-dim source (see LT.gather_nd)
   IOTA = enum.auto()          # 1-d tensor whose value is its index; arg=length
-  CONTIGUOUS = enum.auto()    # force the source to be realized into its own buffer
+  CONTIGUOUS = enum.auto()    # force the source to be realized into its own buffer; arg=STAGED: not realized, but
+                              # copied slab by slab into a kernel-local array by the kernel that reads it (codegen)
   # per-element loop with loop-carried state (LT.loop): LOOP_VAR is a placeholder for the state (arg=(tag, i, shape);
   # i = -1: the step counter); LOOP src=(count, keep_going, *init, *next), arg=(tag, i): state i after the loop.
   # At kernel level LOOP src=(counter RANGE, keep_going, *init, *next) and LOOP_VAR arg=(loop id, i).
@@ -36,7 +37,7 @@ class Ops(enum.Enum):
   # kernel level
   DEFINE_GLOBAL = enum.auto()  # kernel argument pointer; arg=slot
   DEFINE_LOCAL = enum.auto()   # scratch array private to one kernel call (CPU: on its stack); arg=(id, elements)
-  AFTER = enum.auto()          # src=(DEFINE_LOCAL, u): that array, read only once u is computed (an ordering edge)
+  AFTER = enum.auto()          # src=(DEFINE_LOCAL, *u): that array, read only once every u is computed (an ordering edge)
   RANGE = enum.auto()          # loop variable; src=(size,), arg=(axis id, kind)
   LOAD = enum.auto()           # src=(buffer, index[, valid])
   STORE = enum.auto()          # src=(buffer, index, value)
@@ -70,6 +71,9 @@ BINARY = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.M
 COMPARISON = {Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE}
 COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.MIN, Ops.CMPEQ, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
 ELEMENTWISE = UNARY | BINARY | {Ops.WHERE, Ops.MATH}
+
+
+STAGED = "staged"  # CONTIGUOUS's arg for a copy staged inside its reader (a GEMM's weight panel, lowering/linalg.py)
 
 
 def _const_key(arg):

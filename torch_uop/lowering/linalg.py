@@ -19,6 +19,7 @@ from torch_uop.lowering.registry import register, Unsupported, graph_vector_unit
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.core.sym import is_sym
 from torch_uop.core.opt import VECTOR_UPCAST, SWEEP_CACHE_BYTES
+from torch_uop.core.codegen import STAGE_MAX_BYTES
 
 aten = torch.ops.aten
 
@@ -113,10 +114,15 @@ def _copies_transposed_a(a: LT, b: LT) -> bool:
 
 
 def _panel_matmul(a: LT, b: LT) -> LT:
-  """a [M, K] @ b [K, N] over b packed as [N / PANEL, K, PANEL] (one copy of b)."""
+  """a [M, K] @ b [K, N] over b packed as [N / PANEL, K, PANEL]. On a CPU, where a panel fits STAGE_MAX_BYTES,
+  the GEMM kernel packs each panel itself into a local array before its tiles of rows read it (LT.staged): b is read
+  once, from where it lies, and no copy of it is in memory. Otherwise (and for the prologue of frozen weights) the
+  packed copy is a buffer of its own."""
   m, k = a.shape
   n = b.shape[-1]
-  panels = b.reshape((k, n // PANEL, PANEL)).permute((1, 0, 2)).contiguous()            # [N/P, K, P]
+  panels = b.reshape((k, n // PANEL, PANEL)).permute((1, 0, 2))                           # [N/P, K, P]
+  staged = graph_vector_unit() is not None and k * PANEL * b.dtype.itemsize <= STAGE_MAX_BYTES
+  panels = panels.staged() if staged else panels.contiguous()
   full = (m, n // PANEL, PANEL, k)
   a4 = a.reshape((m, 1, 1, k)).expand(full)
   b4 = panels.permute((0, 2, 1)).reshape((1, n // PANEL, PANEL, k)).expand(full)

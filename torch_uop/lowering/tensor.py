@@ -9,7 +9,7 @@ does on the CPU.
 from __future__ import annotations
 import itertools
 import math
-from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.uop import UOp, Ops, STAGED
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import ShapeTracker
 from torch_uop.core.sym import is_sym, hint, known_equal
@@ -256,6 +256,12 @@ class LT:
     return [LT(UOp(Ops.LOOP, s.dtype, src, (tag, i))) for i, s in enumerate(init)]
 
   def contiguous(self) -> LT: return LT(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+  def staged(self) -> LT:
+    """A contiguous copy made inside the kernel that reads it, never in memory of its own: for each index of dim 0
+    the kernel reads, it copies that slab (the other dims) into a local array and reads it there (core/codegen.py).
+    Where the reader cannot (a GPU-style device, a gated read) it reads the source itself."""
+    return LT(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), STAGED))
 
   @staticmethod
   def iota(n: int, dtype: DType = dtypes.int64) -> LT:

@@ -195,8 +195,10 @@ class CompiledGraph:
     for v, _ in lowered.checks:  # each run-time check's value is a buffer of its own, read after the kernels
       if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = None
     with _Timer("schedule"):
+      constant_slots = {self.inputs[i].slot for i in constant_inputs if self.inputs[i] is not None}
       sched = schedule(roots, first_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None},
-                       row_fusion=target.kind != "gpu", split_costly_epilogues=target.kind != "gpu")
+                       row_fusion=target.kind != "gpu", split_costly_epilogues=target.kind != "gpu",
+                       constant_buffers=frozenset(u for u, s in lowered.buffer_slots.items() if s in constant_slots))
     if vars_slot is not None:
       # variable name -> its place in the table kernels read; codegen adds derived ones (v // f of an upcast axis)
       self.var_position, self.derived_vars = {v.arg[0]: k for k, v in enumerate(self.size_vars)}, {}
@@ -292,7 +294,6 @@ class CompiledGraph:
     # complex outputs are computed as their view_as_real and handed out through view_as_complex
     complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and outputs_plan[i][0] == "tensor"}
     checks = [(sched.node_slot[v.uop], check) for v, check in lowered.checks]
-    constant_slots = {self.inputs[i].slot for i in constant_inputs if self.inputs[i] is not None}
     handed_out = {slot for kind, slot, _ in outputs_plan if kind == "tensor"} | {v[0] for kind, v, _ in outputs_plan if kind == "alias"}
     prologue = _constant_steps(steps, constant_slots, handed_out) \
         if not self.size_vars else ()
@@ -804,6 +805,7 @@ def _kernel_work(k):
   some trip count is a symbolic size)."""
   trips = 1
   for u in k.program:
+    if u.op is Ops.RANGE and u.arg[1] == "stage": continue  # (a copy beside the loop nest, not inside it)
     if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: trips *= u.src[0].arg
     elif u.op is Ops.RANGE and u.arg[1] != "loop": trips = trips * Sym(u.src[0])
   return trips * max(1, len(k.program))

@@ -134,8 +134,9 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
   # SIMD across upcast outputs (a serial reduce loop): no loop of the kernel is for LLVM to vectorize
   serial = any(u.op is Ops.RANGE and u.arg[1] == "reduce_serial" for u in program)
   innermost = [u for u in program if u.op is Ops.RANGE][-1:] if innermost_simd else []
-  scalar_loops = {u for u in program if u.op is Ops.RANGE and (u.arg[1] in ("reduce_serial", "loop") or serial or
-                                                               (innermost_simd and u not in innermost))}
+  # (a staged slab's copy loops are LLVM's to vectorize whatever the kernel around them does)
+  scalar_loops = {u for u in program if u.op is Ops.RANGE and u.arg[1] != "stage" and
+                  (u.arg[1] in ("reduce_serial", "loop") or serial or (innermost_simd and u not in innermost))}
   forced = _forced_simd_loops(program, scalar_loops)
   tile_loads = find_transpose_tiles(program)
   columns: dict = {}  # TransposeTile -> its transposed vectors' names
