@@ -298,10 +298,13 @@ def test_a_helper_is_replaced_after_its_share_of_modules(monkeypatch, tmp_path, 
   monkeypatch.setattr(cpu.CompileWorkers, "RECYCLE_MODULES", 2)
   g, workers = _transformer_graphs(monkeypatch, 1, tmp_path)
   assert _optimized_here(g) == 0
-  first = set(workers.compiled)
-  assert workers.procs == [], "the helper that compiled its share was retired"
+  first = dict(workers.compiled)
+  assert any(n >= 2 for n in first.values()), "a helper compiled its share"
+  # codegen hands modules over in batches as it goes, so a fresh helper may already hold the last batch
+  serving = {p.pid for p in workers.procs}
+  assert not [pid for pid, n in first.items() if n >= 2 and pid in serving], "every helper that compiled its share was retired"
   g, workers = _transformer_graphs(monkeypatch, 1, tmp_path / "again")
-  assert _optimized_here(g) == 0 and set(workers.compiled) - first, "a fresh helper compiled the next graph"
+  assert _optimized_here(g) == 0 and set(workers.compiled) - set(first), "a fresh helper compiled the next graph"
 
 
 def test_dropped_graphs_release_their_kernels(tmp_path, monkeypatch):
