@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import torch_uop
 from torch_uop.lowering import linalg
 from torch_uop.core.uop import Ops
-from torch_uop.core.codegen import STAGE_MAX_BYTES
+from torch_uop.runtime import cpu
 
 FRESH = {"graph_cache": False}  # tests that look at how a graph compiles must not get it from the graph cache
 
@@ -157,7 +157,7 @@ def test_gemm_loop_order_streams_the_big_operand_once(m, k, n, columns_outer):
 @pytest.mark.parametrize("m,k,n,packed", [(64, 128, 8192, True), (97, 256, 4096, True), (64, 128, 8160, False),
                                           (32, 128, 8192, False), (256, 128, 8192, True), (256, 512, 1024, False),
                                           (197, 192, 768, False), (64, 768, 768, False), (128, 896, 2048, True),
-                                          (64, 4608, 256, True)])
+                                          (64, 4608, 256, True), (64, 9216, 128, True)])
 @pytest.mark.parametrize("transposed", [False, True], ids=["x@W", "x@W.T"])
 def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
   """x @ W with W [K, N] bigger than linalg.PACK_MIN_BYTES (GPT-2's Conv1D layers; on a CPU with 16 vector registers,
@@ -165,8 +165,9 @@ def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
   (nn.Linear), reads W through panels of linalg.PANEL columns copied contiguous, when N is whole panels and there are
   rows enough to reuse them (for x @ W.T on a CPU with 16 vector registers: from linalg.PACK_MIN_ROWS rows, a W
   within SWEEP_CACHE_BYTES, a K of at most SHORT_REDUCE_PER_ROW times the rows or an x past SWEEP_CACHE_BYTES); the
-  result, a fused epilogue and the gradients match eager either way. A panel within codegen.STAGE_MAX_BYTES is
-  packed by the GEMM kernel itself into a local array (no copy in memory); a longer one is copied by a kernel first."""
+  result, a fused epilogue and the gradients match eager either way. A panel within the CPU's stage_bytes
+  (runtime/cpu.py stage_budget, at most 1 MiB) is packed by the GEMM kernel itself into a local array (no copy in
+  memory); a longer one is copied by a kernel first."""
   from torch_uop.runtime.cpu import vector_unit
   if transposed and vector_unit().registers < 32:
     w_within_l2, x_past_l2 = k * n * 4 <= linalg.SWEEP_CACHE_BYTES, m * k * 4 > linalg.SWEEP_CACHE_BYTES
@@ -187,11 +188,57 @@ def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
   g = torch.randn_like(want)
   for a, b in zip(torch.autograd.grad(got, (x, w), g), torch.autograd.grad(want, (x, w), g)):
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3 * scale)
-  staged = packed and k * linalg.PANEL * 4 <= STAGE_MAX_BYTES
+  staged = packed and k * linalg.PANEL * 4 <= vector_unit().stage_bytes
   outs = [tuple(step.shape) for kind, step in graphs[0].plan.steps if kind == "kernel"]  # the copy into panels
   assert ((n // linalg.PANEL, k, linalg.PANEL) in outs) == (packed and not staged)
   local_arrays = [u.arg[1] for kern in graphs[0].kernels for u in kern.program if u.op is Ops.DEFINE_LOCAL]
   assert (k * linalg.PANEL in local_arrays) == staged  # one panel, packed inside the GEMM
+
+
+@pytest.fixture
+def stack_env(monkeypatch):
+  """Set OMP_STACKSIZE and friends through monkeypatch; the CPU description is read again after each change."""
+  cpu.vector_unit.cache_clear()
+  yield monkeypatch
+  monkeypatch.undo()
+  cpu.vector_unit.cache_clear()
+
+
+def test_stage_budget_follows_the_threads_stacks(stack_env):
+  """Local copies live on the stack of the thread running the kernel: their budget is a quarter of the smallest
+  stack a kernel's thread may have (OMP_STACKSIZE, libgomp's GOMP_STACKSIZE in kilobytes, RLIMIT_STACK), at most
+  1 MiB."""
+  import resource
+  stack_env.delenv("OMP_STACKSIZE", raising=False)
+  stack_env.delenv("GOMP_STACKSIZE", raising=False)
+  soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+  main = cpu.DEFAULT_THREAD_STACK if soft == resource.RLIM_INFINITY else soft
+  assert cpu.thread_stack_bytes() == main
+  for value, size in [("256K", 256 << 10), ("1m", 1 << 20), ("300", 300 << 10), ("4096B", 4096), ("64 M", 64 << 20)]:
+    stack_env.setenv("OMP_STACKSIZE", value)
+    assert cpu.thread_stack_bytes() == min(size, main), value
+    assert cpu.stage_budget() == min(1 << 20, min(size, main) // 4)
+  stack_env.delenv("OMP_STACKSIZE")
+  stack_env.setenv("GOMP_STACKSIZE", "512")  # kilobytes
+  assert cpu.thread_stack_bytes() == min(512 << 10, main)
+  stack_env.setenv("GOMP_STACKSIZE", "a lot")  # not a size: ignored, as libgomp ignores it
+  assert cpu.thread_stack_bytes() == main
+
+
+def test_small_thread_stacks_keep_panels_in_memory(stack_env):
+  """Where the threads' stacks are small (OMP_STACKSIZE=256K: a 64 KiB budget), a 96 KiB panel is not copied onto
+  the stack: the GEMM reads a packed buffer a kernel made first, and matches eager."""
+  stack_env.setenv("OMP_STACKSIZE", "256K")
+  assert cpu.vector_unit().stage_bytes == 64 << 10
+  torch.manual_seed(0)
+  x, w = torch.randn(256, 768), torch.randn(3072, 768)
+  fn = lambda x, w: F.linear(x, w)
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    got = torch.compile(fn, backend="uop", options=FRESH)(x, w)
+  torch.testing.assert_close(got, fn(x, w), rtol=1e-4, atol=1e-3)
+  assert not any(u.op is Ops.DEFINE_LOCAL and u.arg[1] == 768 * linalg.PANEL for k in graphs[0].kernels for u in k.program)
+  assert (3072 // linalg.PANEL, 768, linalg.PANEL) in [tuple(s.shape) for kind, s in graphs[0].plan.steps if kind == "kernel"]
 
 
 def test_frozen_weight_panels_are_packed_once():

@@ -19,7 +19,7 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis, stride_along
+from torch_uop.core.opt import STAGE_MAX_BYTES, KernelOpts, VectorUnit, AVX2, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis, stride_along
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext, known_equal
 
@@ -28,7 +28,6 @@ LOOP_AXIS_BASE = 1000  # axis ids of LT.loop counters (output axes count from 0,
 STAGE_AXIS_BASE = 2000  # axis ids of the loops copying a staged slab (STAGE_AXES_PER_COPY per copy)
 STAGE_AXES_PER_COPY = 16
 STAGE_LOCAL_BASE = 100  # DEFINE_LOCAL ids of staged slabs (row caches count from 0)
-STAGE_MAX_BYTES = 512 << 10  # the most a kernel's staged slabs take: they live on the stack of the thread running it
 STAGE_TILE = 8  # a slab is copied in square tiles of this side over its last two dims: the LLVM renderer loads a tile's
                 # rows as vectors and transposes them in registers where it is stored crosswise (renderer/transpose.py)
 
@@ -63,11 +62,11 @@ class Kernel:
 
 
 class _Evaluator:
-  def __init__(self, item: KernelItem, opts: KernelOpts, staging: str = "off"):
+  def __init__(self, item: KernelItem, opts: KernelOpts, staging: str = "off", stage_bytes: int = STAGE_MAX_BYTES):
     self.item, self.opts = item, opts
     # staged copies (LT.staged): "copy" copies their slabs into local arrays (the CPU), "plan" reads them as if they
     # were in memory of their own (what the optimizer reads: the loads a realized copy gives), "off" reads their source
-    self.staging = staging
+    self.staging, self.stage_bytes = staging, stage_bytes  # stage_bytes: the most the slabs may take (VectorUnit)
     self.stages: dict = {}  # (staged node, its dim-0 index) -> AFTER(local array, the copy's STORE); None in "plan"
     self.args: dict[int, UOp] = {}  # slot -> DEFINE_GLOBAL
     self.memo: dict = {}
@@ -177,7 +176,7 @@ class _Evaluator:
   def _stages(self, node: UOp, idxs: tuple, gate: UOp) -> bool:
     """Whether this read of a staged node goes through a local copy of its slab: on the CPU, ungated, outside row
     reductions, for a dim-0 index no reduce loop moves (the slab is copied once per outer iteration, then read by
-    all the reduction's steps), a slab of constant size, and within STAGE_MAX_BYTES for the kernel. Otherwise the
+    all the reduction's steps), a slab of constant size, and within the kernel's stage_bytes. Otherwise the
     kernel reads the source itself."""
     if (node, idxs[0]) in self.stages: return True
     slab = node.shape[1:]
@@ -185,7 +184,7 @@ class _Evaluator:
     if any(not isinstance(n, int) for n in slab): return False
     if any(u.op is Ops.RANGE and u.arg[1] not in ("global", "split") for u in idxs[0].toposort()): return False
     staged_bytes = sum(math.prod(k.shape[1:]) * k.dtype.itemsize for k, _ in self.stages)
-    return staged_bytes + math.prod(slab) * node.dtype.itemsize <= STAGE_MAX_BYTES
+    return staged_bytes + math.prod(slab) * node.dtype.itemsize <= self.stage_bytes
 
   def _staged(self, node: UOp, idxs: tuple) -> UOp:
     """A read of a staged node at idxs: from the local array holding its slab at idxs[0]. The copy is a STORE in
@@ -265,10 +264,11 @@ def _clamped(opts: KernelOpts, shape: tuple, axis: int) -> bool:
   return isinstance(shape[axis], Sym) and opts.factor(axis) > 1 and axis != opts.vector_axis
 
 
-def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off") -> tuple[UOp, _Evaluator]:
+def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off",
+                stage_bytes: int = STAGE_MAX_BYTES) -> tuple[UOp, _Evaluator]:
   """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position. `staging`: how
-  staged copies are read (_Evaluator)."""
-  ev = _Evaluator(item, opts, staging)
+  staged copies are read, within `stage_bytes` (_Evaluator)."""
+  ev = _Evaluator(item, opts, staging, stage_bytes)
   root = item.root
   out_shape = root.shape
   loops = []
@@ -383,11 +383,11 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
   ast = None
   cpu = device_kind == "cpu"
   if opts is None:
-    plain, plain_ev = _kernel_ast(item, KernelOpts(), "plan" if cpu else "off")
+    plain, plain_ev = _kernel_ast(item, KernelOpts(), "plan" if cpu else "off", vectors.stage_bytes)
     opts = heuristic_opts(item.root.shape, plain, vectors) if cpu else gpu_opts(item.root.shape, plain, max_group, parallelism)
     # without upcasts (or staged copies) the kernel is the plain AST with its split loop relabeled: no second build
     if not opts.upcast and opts.vector_axis is None and not plain_ev.stages: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
-  if ast is None: ast, ev = _kernel_ast(item, opts, "copy" if cpu else "off")
+  if ast is None: ast, ev = _kernel_ast(item, opts, "copy" if cpu else "off", vectors.stage_bytes)
   if item.row_reduces: ast = _cache_row_values(ast)
   # polynomial exp/erf vectorize on the CPU; a GPU-style device has its own math functions (and rounds to bf16 itself)
   if device_kind == "cpu" and transcendental.may_rewrite(ast.toposort()): ast = graph_rewrite(ast, transcendental)

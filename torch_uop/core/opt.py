@@ -61,6 +61,7 @@ def has_row_reductions(reduces: list) -> bool:
 UPCAST_FACTOR = 4
 VECTOR_BLOCK_FACTOR = 8
 VECTOR_UPCAST = 16   # one AVX-512 register of float32 (two of AVX2): the lowering's unit of a whole vector
+STAGE_MAX_BYTES = 1 << 20  # the most a kernel's staged slabs (codegen's local copies) ever take, whatever the stack
 MAX_UPCAST_AXES = 2
 
 
@@ -69,9 +70,12 @@ class VectorUnit:
   """What a CPU's vector registers hold, as far as register tiles care (runtime/cpu.py vector_unit): `lanes` float32
   per register and how many `registers` there are. A tile's accumulators and the operands it keeps loaded must fit
   in the registers: past that LLVM spills accumulators to the stack inside the reduce loop, and a GEMM runs at
-  half speed (16 accumulators on AVX2's 16 registers)."""
+  half speed (16 accumulators on AVX2's 16 registers). `stage_bytes`: the most a kernel may copy into local arrays
+  (staged slabs, codegen's _Evaluator._staged), which live on the stack of the thread running it (runtime/cpu.py
+  stage_budget sizes it by the threads' stacks)."""
   lanes: int = 8
   registers: int = 16
+  stage_bytes: int = STAGE_MAX_BYTES // 2
 
   def rows_beside(self, vectors: int) -> int:
     """Rows of a tile `vectors` registers wide with SIMD along the row: rows x vectors accumulators, plus the row's

@@ -48,7 +48,9 @@ CONFIRM_RUNS, CONFIRM_S = 10, 0.3  # the final heuristic-vs-best check: alternat
 
 def _plain_ast(item, gpu: bool = False):
   from torch_uop.core.codegen import _kernel_ast
-  return _kernel_ast(item, KernelOpts(), "off" if gpu else "plan")[0]
+  if gpu: return _kernel_ast(item, KernelOpts(), "off")[0]
+  from torch_uop.runtime.cpu import vector_unit
+  return _kernel_ast(item, KernelOpts(), "plan", vector_unit().stage_bytes)[0]
 
 
 def _default_split(shape: tuple, upcast: tuple) -> int | None:

@@ -19,7 +19,6 @@ from torch_uop.lowering.registry import register, Unsupported, graph_vector_unit
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.core.sym import is_sym
 from torch_uop.core.opt import VECTOR_UPCAST, SWEEP_CACHE_BYTES
-from torch_uop.core.codegen import STAGE_MAX_BYTES
 
 aten = torch.ops.aten
 
@@ -114,14 +113,15 @@ def _copies_transposed_a(a: LT, b: LT) -> bool:
 
 
 def _panel_matmul(a: LT, b: LT) -> LT:
-  """a [M, K] @ b [K, N] over b packed as [N / PANEL, K, PANEL]. On a CPU, where a panel fits STAGE_MAX_BYTES,
-  the GEMM kernel packs each panel itself into a local array before its tiles of rows read it (LT.staged): b is read
+  """a [M, K] @ b [K, N] over b packed as [N / PANEL, K, PANEL]. On a CPU, where a panel fits the CPU's stage_bytes
+  (VectorUnit), the GEMM kernel packs each panel itself into a local array before its tiles of rows read it (LT.staged): b is read
   once, from where it lies, and no copy of it is in memory. Otherwise (and for the prologue of frozen weights) the
   packed copy is a buffer of its own."""
   m, k = a.shape
   n = b.shape[-1]
   panels = b.reshape((k, n // PANEL, PANEL)).permute((1, 0, 2))                           # [N/P, K, P]
-  staged = graph_vector_unit() is not None and k * PANEL * b.dtype.itemsize <= STAGE_MAX_BYTES
+  vectors = graph_vector_unit()
+  staged = vectors is not None and k * PANEL * b.dtype.itemsize <= vectors.stage_bytes
   panels = panels.staged() if staged else panels.contiguous()
   full = (m, n // PANEL, PANEL, k)
   a4 = a.reshape((m, 1, 1, k)).expand(full)

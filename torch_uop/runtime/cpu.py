@@ -27,7 +27,7 @@ import sysconfig
 import threading
 import llvmlite.binding as llvm
 from torch_uop.runtime import cache
-from torch_uop.core.opt import VectorUnit
+from torch_uop.core.opt import VectorUnit, STAGE_MAX_BYTES
 from torch_uop import progress
 from torch_uop.runtime.llvm_worker import compile_module, read_message, write_message
 from torch_uop.runtime import llvm_worker
@@ -424,10 +424,46 @@ def simd_lanes() -> int:
 @functools.cache
 def vector_unit() -> VectorUnit:
   """The vector registers the kernels compile for: simd_lanes() float32 each; 32 of them with AVX-512 (at either
-  width) or on AArch64, 16 with AVX or SSE."""
+  width) or on AArch64, 16 with AVX or SSE; and the stack a kernel's local copies may take (stage_budget)."""
   features = target_id()[1].split(",")
   many = "+avx512f" in features or platform.machine().lower() in ("aarch64", "arm64")
-  return VectorUnit(simd_lanes(), 32 if many else 16)
+  return VectorUnit(simd_lanes(), 32 if many else 16, stage_budget())
+
+
+_SIZE_UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+DEFAULT_THREAD_STACK = 2 << 20  # glibc's stack for new threads on x86_64 and AArch64 where RLIMIT_STACK is unlimited
+
+
+def _omp_size(text: str) -> int | None:
+  """An OMP_STACKSIZE value in bytes: a number with an optional B, K, M or G suffix (kilobytes without one)."""
+  text = text.strip().upper()
+  unit = _SIZE_UNITS.get(text[-1:], None)
+  number = text[:-1] if unit else text
+  return int(number) * (unit or 1024) if number.strip().isdigit() else None
+
+
+def thread_stack_bytes() -> int:
+  """The smallest stack a thread running kernels may have: OpenMP's threads take OMP_STACKSIZE (or libgomp's
+  GOMP_STACKSIZE, in kilobytes) where set; runtime/threads.py's pool, threading.stack_size() where set; the rest, and
+  the main thread, RLIMIT_STACK (glibc's default for new threads too; 2 MiB where it is unlimited)."""
+  sizes = []
+  for name in ("OMP_STACKSIZE", "GOMP_STACKSIZE"):
+    size = _omp_size(os.environ[name]) if os.environ.get(name) else None
+    if size: sizes.append(size)
+  if threading.stack_size(): sizes.append(threading.stack_size())
+  try:
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    sizes.append(DEFAULT_THREAD_STACK if soft == resource.RLIM_INFINITY else soft)
+  except (ImportError, OSError, ValueError):
+    sizes.append(DEFAULT_THREAD_STACK)
+  return min(sizes)
+
+
+def stage_budget() -> int:
+  """The bytes a kernel may copy into local arrays on its thread's stack: a quarter of the smallest stack a thread
+  running it may have, at most STAGE_MAX_BYTES (a kernel past the stack would crash the process)."""
+  return min(STAGE_MAX_BYTES, thread_stack_bytes() // 4)
 
 
 @functools.cache

@@ -44,8 +44,8 @@ def source_digest() -> str:
 
 
 def _environment(config) -> list[str]:
-  from torch_uop.runtime.cpu import target_id, openmp_supported
-  return [torch.__version__, source_digest(), *target_id(), f"opt{config.opt_level}", f"beam{config.beam}",
+  from torch_uop.runtime.cpu import target_id, openmp_supported, vector_unit
+  return [torch.__version__, source_digest(), *target_id(), repr(vector_unit()), f"opt{config.opt_level}", f"beam{config.beam}",
           f"openmp{openmp_supported()}", f"device={config.device}"]
 
 
