@@ -382,12 +382,13 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
   `parallelism` work-items at once)."""
   ast = None
   cpu = device_kind == "cpu"
+  stage_bytes = vectors.stage_bytes if cpu and vectors is not None else 0  # (a GPU-style device stages nothing)
   if opts is None:
-    plain, plain_ev = _kernel_ast(item, KernelOpts(), "plan" if cpu else "off", vectors.stage_bytes)
+    plain, plain_ev = _kernel_ast(item, KernelOpts(), "plan" if cpu else "off", stage_bytes)
     opts = heuristic_opts(item.root.shape, plain, vectors) if cpu else gpu_opts(item.root.shape, plain, max_group, parallelism)
     # without upcasts (or staged copies) the kernel is the plain AST with its split loop relabeled: no second build
     if not opts.upcast and opts.vector_axis is None and not plain_ev.stages: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
-  if ast is None: ast, ev = _kernel_ast(item, opts, "copy" if cpu else "off", vectors.stage_bytes)
+  if ast is None: ast, ev = _kernel_ast(item, opts, "copy" if cpu else "off", stage_bytes)
   if item.row_reduces: ast = _cache_row_values(ast)
   # polynomial exp/erf vectorize on the CPU; a GPU-style device has its own math functions (and rounds to bf16 itself)
   if device_kind == "cpu" and transcendental.may_rewrite(ast.toposort()): ast = graph_rewrite(ast, transcendental)
