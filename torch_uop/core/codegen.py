@@ -19,7 +19,7 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import STAGE_MAX_BYTES, KernelOpts, VectorUnit, AVX2, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis, stride_along
+from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis, stride_along
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext, known_equal
 
@@ -62,11 +62,12 @@ class Kernel:
 
 
 class _Evaluator:
-  def __init__(self, item: KernelItem, opts: KernelOpts, staging: str = "off", stage_bytes: int = STAGE_MAX_BYTES):
+  def __init__(self, item: KernelItem, opts: KernelOpts, staging: str = "off", stage_bytes: int = 0):
     self.item, self.opts = item, opts
     # staged copies (LT.staged): "copy" copies their slabs into local arrays (the CPU), "plan" reads them as if they
     # were in memory of their own (what the optimizer reads: the loads a realized copy gives), "off" reads their source
-    self.staging, self.stage_bytes = staging, stage_bytes  # stage_bytes: the most the slabs may take (VectorUnit)
+    # stage_bytes: the most the slabs may take, the target's VectorUnit.stage_bytes (0: none is copied)
+    self.staging, self.stage_bytes = staging, stage_bytes
     self.stages: dict = {}  # (staged node, its dim-0 index) -> AFTER(local array, the copy's STORE); None in "plan"
     self.args: dict[int, UOp] = {}  # slot -> DEFINE_GLOBAL
     self.memo: dict = {}
@@ -264,8 +265,7 @@ def _clamped(opts: KernelOpts, shape: tuple, axis: int) -> bool:
   return isinstance(shape[axis], Sym) and opts.factor(axis) > 1 and axis != opts.vector_axis
 
 
-def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off",
-                stage_bytes: int = STAGE_MAX_BYTES) -> tuple[UOp, _Evaluator]:
+def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_bytes: int = 0) -> tuple[UOp, _Evaluator]:
   """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position. `staging`: how
   staged copies are read, within `stage_bytes` (_Evaluator)."""
   ev = _Evaluator(item, opts, staging, stage_bytes)

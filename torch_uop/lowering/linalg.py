@@ -113,9 +113,9 @@ def _copies_transposed_a(a: LT, b: LT) -> bool:
 
 
 def _panel_matmul(a: LT, b: LT) -> LT:
-  """a [M, K] @ b [K, N] over b packed as [N / PANEL, K, PANEL]. On a CPU, where a panel fits the CPU's stage_bytes
-  (VectorUnit), the GEMM kernel packs each panel itself into a local array before its tiles of rows read it (LT.staged): b is read
-  once, from where it lies, and no copy of it is in memory. Otherwise (and for the prologue of frozen weights) the
+  """a [M, K] @ b [K, N] over b packed as [N / PANEL, K, PANEL]. On a CPU, where a panel fits the CPU's
+  VectorUnit.stage_bytes, the GEMM kernel packs each panel itself into a local array before its tiles of rows read it
+  (LT.staged): b is read once, from where it lies, and no copy of it is in memory. Otherwise (and for the prologue of frozen weights) the
   packed copy is a buffer of its own."""
   m, k = a.shape
   n = b.shape[-1]
