@@ -425,3 +425,14 @@ def test_kernels_of_one_structure_are_built_once(monkeypatch):
   g = torch_uop.debug.compile_graph(lambda a, b, c: (a * 2 + b, a * 2 + c), a, b, b.t())
   for out, want in zip(g(a, b, b.t()), (a * 2 + b, a * 2 + b.t())): torch.testing.assert_close(out, want)
   assert len(g.kernels) == 2 and built == [k.name for k in g.kernels]
+
+
+@pytest.mark.parametrize("m,k,n", [(128, 768, 3072), (64, 9216, 128)])
+def test_profile_work_counts_each_product_once(m, k, n):
+  """debug.kernel_work's FLOPs for a GEMM are 2*M*K*N, whether its weight panels are copied inside the kernel
+  (the copy's loops must not multiply the product's count) or read from a packed buffer (K past the stage budget)."""
+  x, w = torch.randn(m, k), torch.randn(n, k)
+  graph = torch_uop.debug.compile_graph(lambda x, w: torch.relu(x @ w.T), x, w)
+  flops = [f for _, f in torch_uop.debug.kernel_work(graph).values()]
+  assert max(flops) == 2 * m * k * n
+  torch.testing.assert_close(graph(x, w)[0], torch.relu(x @ w.T), rtol=1e-4, atol=1e-3)

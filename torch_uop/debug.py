@@ -128,15 +128,19 @@ def kernel_ops(graph) -> dict:
 def _ast_counts(kernel) -> tuple[dict, int | None]:
   """({buffer slot: elements its loads fetch per call}, FLOPs per call or None without reductions) of a kernel's AST.
   A node runs once per iteration of the loops it depends on (codegen hoists it out of the others; a reduction's
-  result no longer depends on the loops it reduces over, so softmax's sum runs once per row, not per element); a
-  loop whose trip count is symbolic or data counts once."""
+  result no longer depends on the loops it reduces over, so softmax's sum runs once per row, not per element; a
+  read of a panel staged on the stack does not depend on the loops that copy it there); a loop whose trip count is
+  symbolic or data counts once."""
   import math
   from torch_uop.core.uop import Ops
   nodes = kernel.ast.toposort()
   ranges: dict = {}
   for u in nodes:
     deps = frozenset().union(*(ranges[s] for s in u.src)) | ({u} if u.op is Ops.RANGE else frozenset())
-    ranges[u] = deps - frozenset(u.src[1:]) if u.op is Ops.REDUCE else deps
+    if u.op is Ops.REDUCE: deps = deps - frozenset(u.src[1:])
+    # a staged panel (AFTER its copy into a local array) is copied once per panel: its reads do not run in the copy's loops
+    if u.op is Ops.AFTER: deps = frozenset(r for r in deps if r.arg[1] != "stage")
+    ranges[u] = deps
 
   def runs(u) -> int:
     return math.prod(r.src[0].arg for r in ranges[u] if r.src[0].op is Ops.CONST)
