@@ -154,15 +154,30 @@ def test_gemm_loop_order_streams_the_big_operand_once(m, k, n, columns_outer):
   assert gemm.opts.split_axis == (1 if columns_outer else 0)
 
 
+def test_staged_panels_are_copied_once_per_panel():
+  """A GEMM that copies its weight panels onto its stack runs the panel loop outermost (split among threads) even
+  where the rows' operand is as big as the weight, so each panel is copied once, not once per tile of rows
+  (BERT-512's weight gradient dh.t() @ x: both 1.5 MiB); the result matches eager."""
+  torch.manual_seed(0)
+  dh, x = torch.randn(512, 768), torch.randn(512, 768)
+  fn = lambda dh, x: dh.t() @ x
+  with torch_uop.debug.capture() as graphs:
+    out = torch.compile(fn, backend="uop", options=FRESH)(dh, x)
+  torch.testing.assert_close(out, fn(dh, x), rtol=1e-4, atol=1e-3)
+  gemm = next(k for k in graphs[0].kernels if any(u.op.name == "REDUCE" for u in k.ast.toposort()))
+  outs = [tuple(step.shape) for kind, step in graphs[0].plan.steps if kind == "kernel"]
+  assert (768, 768 // linalg.PANEL, linalg.PANEL, 1) in outs  # panels staged in the GEMM: no packed copy before it
+  assert gemm.opts.split_axis == 1                          # the panel axis outermost
+
+
 @pytest.mark.parametrize("m,k,n,packed", [(64, 128, 8192, True), (97, 256, 4096, True), (64, 128, 8160, False),
                                           (32, 128, 8192, False), (256, 128, 8192, True), (256, 512, 1024, False),
                                           (197, 192, 768, False), (64, 768, 768, False), (128, 896, 2048, True),
                                           (64, 4608, 256, True), (64, 9216, 128, True)])
 @pytest.mark.parametrize("transposed", [False, True], ids=["x@W", "x@W.T"])
 def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
-  """x @ W with W [K, N] bigger than linalg.PACK_MIN_BYTES (GPT-2's Conv1D layers; on a CPU with 16 vector registers,
-  bigger than SWEEP_CACHE_BYTES), or x @ W.T with W [N, K]
-  (nn.Linear), reads W through panels of linalg.PANEL columns copied contiguous, when N is whole panels and there are
+  """x @ W with W [K, N] bigger than linalg.SWEEP_CACHE_BYTES (GPT-2's Conv1D layers), or x @ W.T with W [N, K]
+  bigger than linalg.PACK_MIN_BYTES (nn.Linear), reads W through panels of linalg.PANEL columns copied contiguous, when N is whole panels and there are
   rows enough to reuse them (for x @ W.T on a CPU with 16 vector registers: from linalg.PACK_MIN_ROWS rows, a W
   within SWEEP_CACHE_BYTES, a K of at most SHORT_REDUCE_PER_ROW times the rows or an x past SWEEP_CACHE_BYTES); the
   result, a fused epilogue and the gradients match eager either way. A panel within the CPU's stage_bytes
@@ -173,7 +188,7 @@ def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
     w_within_l2, x_past_l2 = k * n * 4 <= linalg.SWEEP_CACHE_BYTES, m * k * 4 > linalg.SWEEP_CACHE_BYTES
     short_k = k <= linalg.SHORT_REDUCE_PER_ROW * m
     packed = m >= linalg.PACK_MIN_ROWS and n % linalg.PANEL == 0 and (w_within_l2 or short_k or x_past_l2)
-  elif vector_unit().registers < 32:  # x @ W there packs from SWEEP_CACHE_BYTES, not PACK_MIN_BYTES
+  elif not transposed:  # x @ W packs from SWEEP_CACHE_BYTES on any CPU, not PACK_MIN_BYTES
     packed = m >= linalg.PACK_MIN_ROWS and n % linalg.PANEL == 0 and k * n * 4 >= linalg.SWEEP_CACHE_BYTES
   torch.manual_seed(0)
   x, w, bias = torch.randn(m, k, requires_grad=True), torch.randn(*((n, k) if transposed else (k, n)), requires_grad=True), torch.randn(n)

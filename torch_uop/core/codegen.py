@@ -19,7 +19,7 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis, stride_along
+from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, STAGED_SLAB, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis, stride_along
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext, known_equal
 
@@ -194,7 +194,7 @@ class _Evaluator:
     key = (node, idxs[0])
     if self.staging == "plan":  # the optimizer's view: a buffer of its own
       self.stages[key] = None
-      return UOp(Ops.LOAD, node.dtype, (UOp(Ops.DEFINE_GLOBAL, node.dtype, (), -1), _strided(idxs, contiguous_strides(node.shape))))
+      return UOp(Ops.LOAD, node.dtype, (UOp(Ops.DEFINE_GLOBAL, node.dtype, (), STAGED_SLAB), _strided(idxs, contiguous_strides(node.shape))))
     strides = contiguous_strides(slab)
     if key not in self.stages:
       k = len(self.stages)

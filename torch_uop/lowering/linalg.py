@@ -64,7 +64,7 @@ def matmul(a: LT, b: LT) -> LT:
 
 
 PANEL = 2 * VECTOR_UPCAST   # columns of b per packed panel: a whole register tile's width (core/opt.py)
-PACK_MIN_BYTES = 4 << 20    # a b this big is swept from memory by each tile of rows unless it is packed (32 registers)
+PACK_MIN_BYTES = 4 << 20    # a W.T (read along K) this big is packed on a CPU with 32 registers, and any b on a GPU
 PACK_MIN_ROWS = 64          # enough rows that each panel is reused by several tiles (the copy costs one pass over b)
 SHORT_REDUCE_PER_ROW = 6   # x @ W.T with 16 vector registers: packed where K is at most this many times the rows (below)
 
@@ -75,7 +75,9 @@ def _packs(a: LT, b: LT) -> bool:
   cache's sets (a row of 3072 floats is 12 KiB: every row maps to the same few sets), so the strip is fetched again
   from memory for every tile of rows. Packed, each strip is K x PANEL contiguous floats and stays in L2. On a CPU
   with 16 vector registers (AVX2) a b laid out along N is packed from SWEEP_CACHE_BYTES (past L2 its strip is
-  fetched from L3 for every tile of rows: BERT-512's weight gradients dh.t() @ x, x 512 x 768, 19 -> 13.4 ms).
+  fetched from L3 for every tile of rows: BERT-512's weight gradients dh.t() @ x, x 512 x 768, 19 -> 13.4 ms). With
+  32 registers too (b of 1-4 MiB, 2 threads of an AVX-512 Xeon, GFLOP/s as it lies / packed: dh.t() @ x with x
+  512 x 768 212 / 272, 128 x 3072 274 / 323; GPT-2's x @ W at 128 x 768 x 768 310 / 320).
 
   Laid out along K (x @ W.T), the panels replace SIMD along K for the same N-wide vector tiles, at the cost of a
   transposing copy of W (one pass, renderer/transpose.py). With 16 vector registers the K-SIMD tile is 3x3: each
@@ -85,16 +87,17 @@ def _packs(a: LT, b: LT) -> bool:
   is past L2. Hot caches, one process, K-SIMD / packed ms on a Zen 3: DeiT-tiny's fc1 197 x 192 x 768 0.50 / 0.38,
   ViT-base's 197 x 768 x 768 1.62 / 1.42, BERT's 128 x 768 x 768 1.01 / 0.91 and 128 x 3072 x 768 4.94 / 4.78;
   where none holds the copy costs more than it saves: 64 x 768 x 768 0.47 / 0.50, Qwen2's 128 x 896 x 4864 8.1 /
-  8.7. With 32 registers (4x4 K-SIMD tiles) W is packed from PACK_MIN_BYTES like a b laid out along N."""
+  8.7. With 32 registers (4x4 K-SIMD tiles) W is packed from PACK_MIN_BYTES."""
   *batch, m, k = a.shape
   n = b.shape[-1]
   if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
   vectors = graph_vector_unit()
   few_registers = vectors is not None and vectors.registers < 32
+  size = b.dtype.itemsize
   if _column_major(b) and few_registers:
-    size = b.dtype.itemsize
     return k * n * size <= SWEEP_CACHE_BYTES or k <= SHORT_REDUCE_PER_ROW * m or m * k * size > SWEEP_CACHE_BYTES
-  return k * n * b.dtype.itemsize >= (SWEEP_CACHE_BYTES if few_registers else PACK_MIN_BYTES)
+  along_n = not _column_major(b) and vectors is not None
+  return k * n * size >= (SWEEP_CACHE_BYTES if few_registers or along_n else PACK_MIN_BYTES)
 
 
 TRANSPOSED_A_MIN_COLUMNS = 4 * VECTOR_UPCAST  # enough column tiles that each row strip of a is read several times
