@@ -92,12 +92,12 @@ def _packs(a: LT, b: LT) -> bool:
   n = b.shape[-1]
   if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
   vectors = graph_vector_unit()
-  few_registers = vectors is not None and vectors.registers < 32
   size = b.dtype.itemsize
-  if _column_major(b) and few_registers:
+  if vectors is None: return k * n * size >= PACK_MIN_BYTES  # a GPU
+  along_k = _column_major(b)
+  if along_k and vectors.registers < 32:
     return k * n * size <= SWEEP_CACHE_BYTES or k <= SHORT_REDUCE_PER_ROW * m or m * k * size > SWEEP_CACHE_BYTES
-  along_n = not _column_major(b) and vectors is not None
-  return k * n * size >= (SWEEP_CACHE_BYTES if few_registers or along_n else PACK_MIN_BYTES)
+  return k * n * size >= (PACK_MIN_BYTES if along_k else SWEEP_CACHE_BYTES)
 
 
 TRANSPOSED_A_MIN_COLUMNS = 4 * VECTOR_UPCAST  # enough column tiles that each row strip of a is read several times
