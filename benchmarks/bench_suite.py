@@ -49,6 +49,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import torch_uop  # noqa: E402
+from torch_uop.debug import peak_alloc_bytes  # noqa: E402
 
 MODELS = ("mlp", "cnn", "tf")
 KERNELS = ("softmax", "layernorm", "chain", "gemm256", "gemm512", "gemm1024", "copy")
@@ -107,29 +108,6 @@ def cases_for(only: list[str]) -> list[tuple[str, str]]:
 
 
 # ----- memory -----
-
-def peak_alloc_bytes(call) -> int:
-  """The most bytes torch's CPU allocator held during one call, above what it held before."""
-  from torch.profiler import profile, ProfilerActivity
-  from torch._C._profiler import _EventType
-  saved = os.dup(2)  # kineto prints a line to stderr at each start and stop
-  try:
-    with open(os.devnull, "w") as null: os.dup2(null.fileno(), 2)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: call()
-  finally:
-    os.dup2(saved, 2)
-    os.close(saved)
-  allocs, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-  while stack:
-    node = stack.pop()
-    if node.tag == _EventType.Allocation: allocs.append(node)
-    stack.extend(node.children)
-  if not allocs: return 0
-  allocs.sort(key=lambda a: a.start_time_ns)
-  first = allocs[0].extra_fields
-  before = first.total_allocated - first.alloc_size
-  return max(a.extra_fields.total_allocated for a in allocs) - before
-
 
 # ----- compile times in fresh processes -----
 

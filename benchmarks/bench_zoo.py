@@ -13,7 +13,7 @@ again, compiles it, and reports:
   where the compiler compiled a tiny function first, so its one-time setup (Inductor's headers, about 8 s)
   is not counted, but nothing of the model is cached;
 - peak MB: the most bytes torch's CPU allocator held during one steady call above what it held before
-  (torch profiler, bench_suite.peak_alloc_bytes); RSS MB: the worker's peak resident set (eager reference
+  (torch profiler, torch_uop.debug.peak_alloc_bytes); RSS MB: the worker's peak resident set (eager reference
   and imports included);
 - ok: first call's main output (and in training every parameter gradient) assert_close to eager with
   rtol 1e-3, atol 1e-3 * max|reference| per tensor (zoo.assert_matches);
@@ -60,7 +60,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)  # this checkout's torch_uop, also from a worktree
 sys.path.insert(0, HERE)
 import bench_models as bm  # noqa: E402  imports torch and torch_uop
-from bench_suite import peak_alloc_bytes  # noqa: E402
+from torch_uop.debug import peak_alloc_bytes  # noqa: E402
 
 import torch  # noqa: E402
 

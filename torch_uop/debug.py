@@ -8,6 +8,7 @@ make_fx, without Dynamo or AOTAutograd, and compiles it; the returned `CompiledG
 `capture()` records every graph compiled while it is active, e.g. by `torch.compile(backend="uop")`.
 `profile()` times every kernel and fallback step of every compiled graph called while it is active.
 `kernel_work(graph)` gives each kernel's bytes moved and FLOPs, keyed like `profile()`'s steps.
+`peak_alloc_bytes(call)` is the most memory torch's CPU allocator held during `call()` above what it held before.
 (Under `torch.profiler.profile()` the same steps appear in the trace as `uop:<graph>:k<n> <ops>[<shape>]`.)
 
     with torch_uop.debug.capture() as graphs:
@@ -19,7 +20,7 @@ import contextlib
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["compile_graph", "capture", "profile", "format_profile", "kernel_work"]
+__all__ = ["compile_graph", "capture", "profile", "format_profile", "kernel_work", "peak_alloc_bytes"]
 
 
 def compile_graph(fn, *example_inputs, name: str = "graph", opt_level: int = 3, debug: int = 0, device: str | None = None):
@@ -155,3 +156,31 @@ def _ast_counts(kernel) -> tuple[dict, int | None]:
   flops = sum((2 if u.arg is Ops.ADD and is_product(u.src[0]) else 1) * runs(u.src[0]) for u in reduces) if reduces else None
   slot_of = dict(zip(kernel.argument_ids, kernel.buffers))  # the AST numbers buffers by argument id
   return {slot_of[i]: n for i, n in loads.items()}, flops
+
+
+def peak_alloc_bytes(call) -> int:
+  """The most bytes torch's CPU allocator held during call(), above what it held before it (torch.profiler with
+  profile_memory; torch_uop's kernels, like eager and Inductor, allocate through torch, so this compares backends).
+  The profiler does not see the freeing of memory allocated before call() (measure a whole training step, not its
+  backward alone), and an arena the executor keeps between calls (runtime/executor.py ARENA_KEEP_BYTES) counts only
+  in the call that allocates it."""
+  import os
+  from torch.profiler import profile as torch_profile, ProfilerActivity
+  from torch._C._profiler import _EventType
+  saved = os.dup(2)  # kineto prints a line to stderr at each start and stop
+  try:
+    with open(os.devnull, "w") as null: os.dup2(null.fileno(), 2)
+    with torch_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof: call()
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+  allocs, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+  while stack:
+    node = stack.pop()
+    if node.tag == _EventType.Allocation: allocs.append(node)
+    stack.extend(node.children)
+  if not allocs: return 0
+  allocs.sort(key=lambda a: a.start_time_ns)
+  first = allocs[0].extra_fields
+  before = first.total_allocated - first.alloc_size
+  return max(a.extra_fields.total_allocated for a in allocs) - before

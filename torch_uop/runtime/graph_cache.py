@@ -230,6 +230,12 @@ def simple_bookkeeping(meta, training: bool, n_fw_outputs: int) -> dict | None:
     return None
 
 
+def _keeps_graph() -> bool:
+  """Whether the running backward keeps its graph (retain_graph=True): its saved tensors must then stay."""
+  keeps = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+  return True if keeps is None else bool(keeps())
+
+
 def make_callable(entry: DynamoEntry, load_graph):
   """The callable Dynamo gets for a DynamoEntry: runs the cached graphs with AOTAutograd's bookkeeping.
   `load_graph(graph_entry, kind)` makes a CompiledGraph."""
@@ -272,10 +278,13 @@ def make_callable(entry: DynamoEntry, load_graph):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, *grads):
-      tangents = [g for g, d in zip(grads, differentiable) if d]
-      saved = [*ctx.saved_tensors, *ctx.saved_no_vc]
-      ctx.saved_no_vc = None
-      return tuple(bw(saved + tangents))
+      args = [*ctx.saved_tensors, *ctx.saved_no_vc, *(g for g, d in zip(grads, differentiable) if d)]
+      if not _keeps_graph():
+        # the boxed graph frees each saved activation after its last reader, as eager's backward does, only where
+        # nothing else still holds it: not the autograd node (as AOTAutograd's own backward does) nor this frame
+        ctx.saved_no_vc = None
+        ctx.maybe_clear_saved_tensors()
+      return tuple(bw(args))
 
   def run_training(*args):
     return list(CachedCompiledFunction.apply(*args))
