@@ -264,16 +264,24 @@ def _step_inputs(step: UOp, realized: set) -> tuple[set, set]:
   return found, {b for b in edge if _is_buffer(b) and not b.src}
 
 
+def _reduces(step: UOp, realized: set) -> bool:
+  """Whether a kernel step sums or maxes over an axis (rather than copying or mapping what it reads)."""
+  return step.op is Ops.REDUCE_AXIS or any(n.op is Ops.REDUCE_AXIS for n in _region(step, realized))
+
+
 def _freeing_first_order(nodes: list, realized: set, keep: set) -> list:
   """The kernel and fallback steps in the graph's own (depth-first) order, except that a ready step runs at once
   when it frees more bytes than it allocates (the last reader of a big input), writes no more than the results of
   other steps it reads (a product condensing them, an elementwise step replacing one), or is the last step such a
   condensing step waits for; of those, the one freeing most first, then the one reading the newest result. (Graph
   outputs, `keep`, are never freed and their own bytes count as nothing allocated; a step reading only graph inputs
-  condenses them if it writes fewer bytes.) A block's intermediates are so consumed while they are still in the
-  cache and their buffers free early: attention's backward by blocks runs each block's products right after its
-  scores, not all of them after every block, which would keep every block's probabilities alive. A copy of a graph
-  input (a weight's packing) keeps its place. Fallback steps keep their relative order (each waits for the one
+  condenses them if it reduces them to fewer bytes, as attention's backward's row sums of dout * out.) A block's
+  intermediates are so consumed while they are still in the cache and their buffers free early: attention's backward
+  by blocks runs each block's products right after its scores, not all of them after every block, which would keep
+  every block's probabilities alive. A copy of a graph input or of a slice of one (a weight's packing, a saved key
+  transposed) keeps its place: what it reads may not be freed after it (a saved activation that is a view of a buffer
+  other saved tensors hold, a user's input), while its result would be held the longer (DeiT-tiny's backward made
+  all twelve layers' transposed keys first: +1.8 MB at its peak). Fallback steps keep their relative order (each waits for the one
   before: torch's random generator is drawn in graph order)."""
   steps = [n for n in nodes if n.op is Ops.FALLBACK or (n in realized and not _is_buffer(n))]
   index = {n: i for i, n in enumerate(steps)}
@@ -295,8 +303,8 @@ def _freeing_first_order(nodes: list, realized: set, keep: set) -> list:
   ready = {n for n in steps if not waits[n]}
 
   allocated = {n: 0 if n in keep else size[n] for n in steps}
-  condenses = {n: allocated[n] <= sum(size[d] for d in deps[n]) if deps[n] else allocated[n] < input_bytes[n]
-               for n in steps}
+  condenses = {n: allocated[n] <= sum(size[d] for d in deps[n]) if deps[n] else
+               allocated[n] < input_bytes[n] and _reduces(n, realized) for n in steps}
 
   def gain(n):  # (whether to run it now, the bytes it frees net of what it allocates, the newest result it reads)
     freed = sum(size[d] for d in deps[n] if unrun_readers[d] == 1 and d not in keep)
