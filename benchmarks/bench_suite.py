@@ -107,8 +107,6 @@ def cases_for(only: list[str]) -> list[tuple[str, str]]:
   return [(n, m) for n in only for m in (bm.MODES if n in MODELS else ("infer",))]
 
 
-# ----- memory -----
-
 # ----- compile times in fresh processes -----
 
 def child_main(name: str, mode: str, backend: str, quick: bool) -> int:

@@ -159,6 +159,11 @@ def _deep_mlp():
   return torch.nn.Sequential(*layers)
 
 
+def _assert_same_grads(model, ref):
+  for p, q in zip(model.parameters(), ref.parameters()):
+    torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+
+
 def test_cached_backward_frees_saved_activations_as_it_goes():
   """A backward loaded from the cache frees each saved activation after its last reader, as AOTAutograd's own
   backward does: before, the wrapper held all of them to its end, and a training step's peak held every layer's
@@ -175,7 +180,7 @@ def test_cached_backward_frees_saved_activations_as_it_goes():
     peaks.append(torch_uop.debug.peak_alloc_bytes(step))
     ref = _deep_mlp()
     ref(x).square().sum().backward()
-    for p, q in zip(model.parameters(), ref.parameters()): torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+    _assert_same_grads(model, ref)
   assert torch_uop.metrics()["graph_cache_hits"] == 2
   cold, warm = peaks
   assert warm <= cold + (64 << 10), (cold, warm)
@@ -193,5 +198,5 @@ def test_cached_backward_with_retain_graph_runs_twice():
     ref_loss = ref(x).square().sum()
     ref_loss.backward(retain_graph=True)
     ref_loss.backward()
-    for p, q in zip(model.parameters(), ref.parameters()): torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+    _assert_same_grads(model, ref)
   assert torch_uop.metrics()["graph_cache_hits"] == 2

@@ -265,7 +265,7 @@ def _step_inputs(step: UOp, realized: set) -> tuple[set, set]:
 
 
 def _reduces(step: UOp, realized: set) -> bool:
-  """Whether a kernel step sums or maxes over an axis (rather than copying or mapping what it reads)."""
+  """Whether a kernel step reduces over an axis (a sum, a max, ...) rather than copying or mapping what it reads."""
   return step.op is Ops.REDUCE_AXIS or any(n.op is Ops.REDUCE_AXIS for n in _region(step, realized))
 
 
@@ -281,8 +281,8 @@ def _freeing_first_order(nodes: list, realized: set, keep: set) -> list:
   every block's probabilities alive. A copy of a graph input or of a slice of one (a weight's packing, a saved key
   transposed) keeps its place: what it reads may not be freed after it (a saved activation that is a view of a buffer
   other saved tensors hold, a user's input), while its result would be held the longer (DeiT-tiny's backward made
-  all twelve layers' transposed keys first: +1.8 MB at its peak). Fallback steps keep their relative order (each waits for the one
-  before: torch's random generator is drawn in graph order)."""
+  all twelve layers' transposed keys first: +1.8 MB at its peak). Fallback steps keep their relative order (each
+  waits for the one before: torch's random generator is drawn in graph order)."""
   steps = [n for n in nodes if n.op is Ops.FALLBACK or (n in realized and not _is_buffer(n))]
   index = {n: i for i, n in enumerate(steps)}
   deps, readers = {}, {n: [] for n in steps}
