@@ -1,5 +1,6 @@
 """The disk cache: a second process compiling the same model takes whole graphs from the graph cache (no
 AOTAutograd, lowering, codegen or LLVM); with the graph cache off, it still skips LLVM (kernel objects)."""
+import itertools
 import os
 import subprocess
 import sys
@@ -64,17 +65,30 @@ def _entries(root, suffix):
 
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
+@pytest.mark.parametrize("suffix", [".o", ".graph"])
+def test_a_damaged_entry_reads_as_a_miss(tmp_path, monkeypatch, suffix, damage):
+  """Each kind of damage (what a crash mid-write or a full disk leaves) fails the entry's integrity check."""
+  from torch_uop.runtime import cache
+  monkeypatch.setenv("TORCH_UOP_CACHE_DIR", str(tmp_path))
+  k = cache.key("a damaged entry", suffix)
+  cache.store(k, os.urandom(4096), suffix)
+  (path,) = _entries(tmp_path, suffix)
+  with open(path, "rb") as f: data = f.read()
+  with open(path, "wb") as f: f.write(DAMAGES[damage](data))
+  assert cache.load(k, suffix) is None
+
+
 @pytest.mark.parametrize("suffix, env", [(".graph", {}), (".o", {"TORCH_UOP_GRAPH_CACHE": "0"})])
-def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path, suffix, env, damage):
-  """Every entry of a kind damaged at once (what a crash mid-write or a full disk leaves): the next process
+def test_damaged_entries_are_compiled_again_and_replaced(tmp_path, suffix, env):
+  """Every entry of a kind damaged at once (the kinds of damage in turn over the entries): the next process
   compiles them again, gives eager's answer (the script asserts it) and stores good entries in their place."""
   _run(tmp_path, **env)
-  paths = _entries(tmp_path, suffix)
+  paths = sorted(_entries(tmp_path, suffix))
   assert paths, f"the first process stored no {suffix} entry"
   originals = {}
-  for p in paths:
+  for p, damage in zip(paths, itertools.cycle(DAMAGES.values())):
     with open(p, "rb") as f: originals[p] = f.read()
-    with open(p, "wb") as f: f.write(DAMAGES[damage](originals[p]))
+    with open(p, "wb") as f: f.write(damage(originals[p]))
   hits, kernels, graphs = _run(tmp_path, **env)
   if suffix == ".graph": assert graphs == 0
   if suffix == ".o": assert hits == 0
