@@ -69,8 +69,10 @@ import torch_uop.debug  # noqa: E402
 from torch_uop.testing import zoo  # noqa: E402
 
 BACKENDS = ("eager", "inductor", "uop")
-# torch_uop with an option or mode: each is a backend column of its own (--backends eager,uop,uop-freezing)
-VARIANTS = {"uop-freezing": {"backend": "uop", "options": {"freezing": True}},
+# torch_uop with an option or mode: each is a backend column of its own (--backends eager,uop,uop-freezing);
+# aot_eager is Dynamo and AOTAutograd with no compiler: its compile time is the tracing every backend pays
+VARIANTS = {"aot_eager": {"backend": "aot_eager"},
+            "uop-freezing": {"backend": "uop", "options": {"freezing": True}},
             "uop-max-autotune": {"backend": "uop", "mode": "max-autotune"},
             "uop-reduce-overhead": {"backend": "uop", "mode": "reduce-overhead"}}
 ALL_BACKENDS = BACKENDS + tuple(VARIANTS)
