@@ -367,3 +367,55 @@ def test_freezing_with_dynamic_shapes_compiles_unfrozen_and_right():
       torch.testing.assert_close(f(x), m(x))
     m[0].weight.mul_(2.0)  # not frozen: the new weight is read at the next call
     torch.testing.assert_close(f(x), m(x))
+
+
+def _saved_activation_bytes(model, x, compiled) -> tuple[int, dict, torch.Tensor]:
+  """Bytes the forward saves for the backward (parameters left out), the parameter gradients, the output."""
+  params = {p.data_ptr() for p in model.parameters()}
+  saved = []
+
+  def pack(t):
+    if t.data_ptr() not in params: saved.append(t.nbytes)
+    return t
+
+  for p in model.parameters(): p.grad = None
+  with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    out = compiled(x)
+  out.pow(2).mean().backward()
+  return sum(saved), {n: p.grad.clone() for n, p in model.named_parameters()}, out.detach()
+
+
+RECOMPUTED = {  # a normalization and an activation between two layers (a transformer's MLP, a UNet's block)
+  "layer_norm_gelu": (lambda: torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.LayerNorm(256), torch.nn.GELU(),
+                                                  torch.nn.Linear(256, 64)), (32, 64)),
+  "group_norm_silu": (lambda: torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.GroupNorm(4, 16),
+                                                  torch.nn.SiLU(), torch.nn.Conv2d(16, 8, 3, padding=1)), (2, 8, 16, 16)),
+}
+
+
+@pytest.mark.parametrize("case", list(RECOMPUTED))
+def test_recompute_saves_less_than_eager_and_matches_it(case):
+  """With `recompute` (the default) the forward saves one hidden activation fewer than eager (the normalization's
+  output; the backward recomputes it and the activation from the layer's output), as Inductor's partitioner does,
+  with eager's gradients. With recompute off, AOTAutograd's default partition saves what eager saves."""
+  torch.manual_seed(0)
+  build, shape = RECOMPUTED[case]
+  model, x = build(), torch.randn(*shape)
+  eager_bytes, eager_grads, eager_out = _saved_activation_bytes(model, x, model)
+  saved = {}
+  for recompute in (True, False):
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="uop", options={"recompute": recompute, "graph_cache": False})
+    saved[recompute], grads, out = _saved_activation_bytes(model, x, compiled)
+    torch.testing.assert_close(out, eager_out, rtol=1e-4, atol=1e-5)
+    for n, g in grads.items(): torch.testing.assert_close(g, eager_grads[n], rtol=1e-4, atol=1e-4)
+  hidden = 32 * 256 * 4  # one hidden activation: (32, 256) or (2, 16, 16, 16) floats
+  assert saved[True] <= eager_bytes - hidden, (saved, eager_bytes)
+  assert saved[False] == eager_bytes, (saved, eager_bytes)
+
+
+def test_recompute_option_and_environment(monkeypatch):
+  assert Config.from_options().recompute
+  monkeypatch.setenv("TORCH_UOP_RECOMPUTE", "0")
+  assert not Config.from_options().recompute
+  assert Config.from_options({"recompute": True}).recompute

@@ -8,10 +8,12 @@ whole compiled graphs from the disk cache, runtime/graph_cache.py; default on), 
 graph with symbolic sizes once, with size variables in its kernels; off: a static copy per size; default on).
 `freezing` (bool: inference graphs take the module's parameters and buffers as constants, folded at compile time,
 lowering/freezing.py; default off), `keep_arena` (bool: every graph keeps its intermediates' memory between calls,
-not only small ones; default off).
+not only small ones; default off), `recompute` (bool: training graphs are split by the min-cut partitioner, as
+Inductor's are, so the backward recomputes cheap pointwise ops instead of the forward saving their results;
+default on).
 Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu|opencl (TORCH_UOP_OPENCL_DEVICE picks
 the OpenCL device, runtime/opencl.py), TORCH_UOP_BEAM=N, TORCH_UOP_GRAPH_CACHE=0,
-TORCH_UOP_SYMBOLIC_SHAPES=0, TORCH_UOP_FREEZING=1; the
+TORCH_UOP_SYMBOLIC_SHAPES=0, TORCH_UOP_FREEZING=1, TORCH_UOP_RECOMPUTE=0; the
 kernel disk cache reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over
 environment variables.
 
@@ -62,6 +64,7 @@ class Config:
   symbolic_shapes: bool = True
   freezing: bool = False
   keep_arena: bool = False
+  recompute: bool = True
 
   @staticmethod
   def from_options(options: dict | None = None, mode: str | None = None) -> Config:
@@ -71,7 +74,8 @@ class Config:
                  beam=_coerce("TORCH_UOP_BEAM", os.environ.get("TORCH_UOP_BEAM", "0") or 0, int),
                  graph_cache=_coerce("TORCH_UOP_GRAPH_CACHE", os.environ.get("TORCH_UOP_GRAPH_CACHE", "1"), bool),
                  symbolic_shapes=_coerce("TORCH_UOP_SYMBOLIC_SHAPES", os.environ.get("TORCH_UOP_SYMBOLIC_SHAPES", "1"), bool),
-                 freezing=_coerce("TORCH_UOP_FREEZING", os.environ.get("TORCH_UOP_FREEZING", "0"), bool))
+                 freezing=_coerce("TORCH_UOP_FREEZING", os.environ.get("TORCH_UOP_FREEZING", "0"), bool),
+                 recompute=_coerce("TORCH_UOP_RECOMPUTE", os.environ.get("TORCH_UOP_RECOMPUTE", "1"), bool))
     if mode is not None and mode not in MODES:
       raise ValueError(f"torch_uop: unknown mode {mode!r}; modes: {sorted(MODES)}")
     known = {f.name for f in fields(Config)}

@@ -537,8 +537,18 @@ def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
               and getattr(t, "_dynamo_static_input_type", None) is not None}
     inf = functools.partial(compile_frozen_graph, config=config, params=params)
   with _collect_new_objects_only(), _nearest_resizes_kept_whole():
-    return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf,
-                        decompositions=decomposition_table())(gm, example_inputs)
+    return aot_autograd(fw_compiler=fw, bw_compiler=bw, inference_compiler=inf, decompositions=decomposition_table(),
+                        **_partitioner(config))(gm, example_inputs)
+
+
+def _partitioner(config: Config) -> dict:
+  """How AOTAutograd splits a training graph into forward and backward. With `recompute` (the default), Inductor's
+  min-cut partitioner: the forward saves the fewest bytes it can and the backward recomputes cheap pointwise ops from
+  them (a BatchNorm's output and its SiLU from the convolution's output), which the scheduler fuses into the backward
+  kernels that read them. Without it, AOTAutograd's default: the forward saves every tensor the backward reads."""
+  if not config.recompute: return {}
+  from torch._functorch.partitioners import min_cut_rematerialization_partition
+  return {"partition_fn": min_cut_rematerialization_partition}
 
 
 def reset() -> None:

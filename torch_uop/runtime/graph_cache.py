@@ -46,7 +46,7 @@ def source_digest() -> str:
 def _environment(config) -> list[str]:
   from torch_uop.runtime.cpu import target_id, openmp_supported, vector_unit
   return [torch.__version__, source_digest(), *target_id(), repr(vector_unit()), f"opt{config.opt_level}", f"beam{config.beam}",
-          f"openmp{openmp_supported()}", f"device={config.device}"]
+          f"openmp{openmp_supported()}", f"device={config.device}", f"recompute{config.recompute}"]
 
 
 def _tensor_meta(t) -> str:
