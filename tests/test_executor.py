@@ -163,6 +163,42 @@ def test_training_step_matches_eager():
   assert torch_uop.metrics()["kernels_launched"] > 0
 
 
+def test_a_view_of_an_output_in_its_eager_layout_is_that_buffer():
+  """Attention over q, k, v sliced from one projection (timm's layout) gives its output heads-inside in eager, so the
+  next layer's rows, out.transpose(1, 2).reshape(B, N, H * D), are a view of it there: with both saved for the
+  backward, they are one buffer here too (the view is read through the output's layout; it was a copy kernel and a
+  second saved tensor), and the gradients match eager's."""
+  torch.manual_seed(0)
+  B, H, N, D = 2, 3, 16, 8
+  qkv, proj = torch.nn.Linear(H * D, 3 * H * D), torch.nn.Linear(H * D, 5)
+  params = list(qkv.parameters()) + list(proj.parameters())
+
+  def step(x):
+    q, k, v = qkv(x).reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    return proj(o.transpose(1, 2).reshape(B, N, H * D)).square().sum()
+
+  def run(fn):
+    storages = set()  # storages of the saved tensors of the attention output's size (q, k and v are the projection's)
+
+    def pack(t):
+      if t.numel() == B * H * N * D: storages.add(t.untyped_storage().data_ptr())
+      return t
+
+    for p in params: p.grad = None
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+      loss = fn(x)
+    loss.backward()
+    return storages, [p.grad.clone() for p in params]
+
+  x = torch.randn(B, N, H * D)
+  eager_storages, eager_grads = run(step)
+  torch._dynamo.reset()
+  storages, grads = run(torch.compile(step, backend="uop", options={"graph_cache": False}))
+  for g, r in zip(grads, eager_grads): torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
+  assert len(storages) == len(eager_storages), (eager_storages, storages)  # (a copy of the rows was one more)
+
+
 def test_training_forward_saves_weight_views_not_copies():
   """A saved weight's transpose (a forward output that is a strided view of a graph input) is handed out as that
   view of the input, as eager's autograd saves it: no copy kernel, the parameter's own storage. (AOTAutograd's

@@ -31,7 +31,8 @@ from torch_uop.core.sym import Sym, is_sym, concrete, known_equal
 from torch_uop.core.uop import UOp, Ops, pretty
 from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo
-from torch_uop.core.shapetracker import contiguous_strides
+from torch_uop.core.shapetracker import ShapeTracker, contiguous_strides
+from torch_uop.core.symbolic import simplify
 from torch_uop.core.codegen import build_kernel, canonical_item, with_slots
 from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_kernel
@@ -172,12 +173,15 @@ class CompiledGraph:
       if kind == "tensor" and not is_complex and (alias := _input_alias(v.uop, want, eager_root, lowered.inputs)) is not None:
         outputs.append(("alias", alias, shape))  # a strided view of a graph input (a saved weight's transpose)
         continue
-      if i in views and owner.get(views[i][0], eager_root) == eager_root and \
-         (root_strides.get(views[i][0]) is None or _same_strides(views[i][0].shape, root_strides[views[i][0]], contiguous_strides(views[i][0].shape))):
-        base = views[i][0]  # a strided view of a computed node's buffer, as eager's (attention's q, k and v of one GEMM)
-        if base not in root_strides: roots.append(base); root_strides[base] = None
+      if i in views and owner.get(views[i][0], eager_root) == eager_root and (views[i][0] not in root_strides or \
+         _same_strides(views[i][0].shape, root_strides[views[i][0]] or contiguous_strides(views[i][0].shape),
+                       views[i][3] or contiguous_strides(views[i][0].shape))):
+        # a strided view of a computed node's buffer, as eager's (attention's q, k and v of one GEMM; its output seen
+        # as the next matmul's rows), in the layout the node's buffer is written in (views[i][3], None: row-major)
+        base = views[i][0]
+        if base not in root_strides: roots.append(base); root_strides[base] = views[i][3]
         owner[base] = eager_root
-        outputs.append(("view", views[i], shape))
+        outputs.append(("view", views[i][:3], shape))
         continue
       if kind == "tensor":
         # a contiguous reshape of a computed node is that node's buffer, handed out as a view: no copy kernel
@@ -858,15 +862,25 @@ def _input_alias(u: UOp, want: tuple | None, eager_root: tuple | None, inputs: l
 
 def _shared_views(outputs: list, strides_of: list, complex_of: list, eager_roots: list) -> dict:
   """The outputs to hand out as strided views of one computed node's buffer, as eager's views of one tensor:
-  {output index: (node, strides, offset)}. Only where all outputs seen through that node come from one eager
-  storage, and they cover at least as many elements as the node has (a row of a big result is copied, not kept
-  with the rest of it)."""
+  {output index: (node, strides, offset, the node's buffer layout or None for row-major)}. A node that is an output
+  itself is written in its eager layout, and its views are read through that layout (attention's output, written
+  heads-inside, is the next matmul's rows as they lie). Only where all outputs seen through that node come from one
+  eager storage, and they cover at least as many elements as the node has (a row of a big result is copied, not
+  kept with the rest of it)."""
+  layouts: dict = {}  # a computed node handed out itself -> the strides eager gives it (the first such output's)
+  for (kind, v), want, is_complex in zip(outputs, strides_of, complex_of):
+    if kind == "tensor" and not is_complex and want is not None and v.uop.op not in (Ops.BUFFER, Ops.CONST, Ops.VIEW):
+      layouts.setdefault(v.uop, want)
   by_base: dict = {}
   for i, ((kind, v), want, is_complex, root) in enumerate(zip(outputs, strides_of, complex_of, eager_roots)):
-    if kind != "tensor" or is_complex or root is None or root[0] != "node": continue
-    view = _strided_view(v.uop, want)
+    if kind != "tensor" or is_complex or root is None or root[0] != "node" or v.uop.op is not Ops.VIEW: continue
+    base = v.uop.src[0]
+    layout = layouts.get(base)
+    if layout is not None and (not all(isinstance(x, int) for x in layout) or _same_strides(base.shape, layout, contiguous_strides(base.shape))):
+      layout = None
+    view = _strided_view(v.uop, want) if layout is None else _view_through_layout(v.uop, want, layout)
     if view is not None and view[0].op not in (Ops.BUFFER, Ops.CONST) and all(isinstance(d, int) for d in view[0].shape):
-      by_base.setdefault(view[0], []).append((i, root, view))
+      by_base.setdefault(view[0], []).append((i, root, (*view, layout)))
   shared = {}
   for base, users in by_base.items():
     roots = {root for _, root, _ in users}
@@ -876,6 +890,35 @@ def _shared_views(outputs: list, strides_of: list, complex_of: list, eager_roots
       covered += math.prod(base.shape)  # the node is an output itself: its buffer is there anyway
     if covered >= math.prod(base.shape): shared.update({i: view for i, _, view in users})
   return shared
+
+
+def _view_through_layout(u: UOp, want: tuple | None, layout: tuple) -> tuple | None:
+  """(base node, strides, offset) when the view `u` of a node whose buffer is laid out with the strides `layout`
+  reads that buffer at an affine offset (one stride per dim, no mask) in eager's layout `want`, else None. The view's
+  index math is composed with the layout and simplified at symbolic positions: a permute-then-reshape that needs two
+  views of the node's row-major order can be one strided view of its buffer."""
+  if not all(isinstance(x, int) for x in (*u.shape, *layout)): return None
+  base = u.src[0]
+  if base.dtype != u.dtype: return None
+  at = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (d, "global")) if n > 1 else UOp.const(dtypes.index, 0)
+        for d, n in enumerate(u.shape)]
+  flat, valid = (ShapeTracker.from_strides(base.shape, layout) + u.arg).to_indexed(at)
+  valid, flat = simplify(valid), simplify(flat)
+  if valid.op is not Ops.CONST or valid.arg is not True: return None
+  strides, offset = [0] * len(at), 0
+  terms, todo = [], [flat]
+  while todo:  # flat as a sum of range * constant terms and a constant
+    t = todo.pop()
+    if t.op is Ops.ADD: todo.extend(t.src)
+    else: terms.append(t)
+  for t in terms:
+    if t.op is Ops.CONST: offset += t.arg
+    elif t.op is Ops.RANGE: strides[t.arg[0]] += 1
+    elif t.op is Ops.MUL and t.src[0].op is Ops.RANGE and t.src[1].op is Ops.CONST: strides[t.src[0].arg[0]] += t.src[1].arg
+    else: return None
+  if min(strides, default=0) < 0 or offset < 0: return None
+  if want is not None and not _same_strides(u.shape, want, strides): return None
+  return base, tuple(want) if want is not None and all(isinstance(x, int) for x in want) else tuple(strides), offset
 
 
 def _same_strides(shape: tuple, a: tuple, b: tuple) -> bool:
