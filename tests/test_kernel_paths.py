@@ -591,7 +591,22 @@ TRANSPOSE_TILES = [
   ((197, 36), lambda w: w.t(), (1, 0)),                                  # neither size divides (ViT's 197 tokens)
   ((6, 64), lambda w: w.t(), None),                                      # 6 rows: shorter than a tile
   ((96, 64), lambda w: w.t().sin(), None),                               # heavy math per element
+  ((64, 64), lambda w: w * w[0, :, None] + 1, None),                     # a row's scale: a broadcast, not a transpose
 ]
+
+
+def test_a_gathered_row_plus_an_output_is_not_a_transpose():
+  """An embedding lookup added to a row-major tensor (GPT-2's token and position embeddings): the index load moves
+  along rows and stays put along the columns, which is no transposition, so the kernel is not tiled."""
+  torch.manual_seed(0)
+  table, pos = torch.randn(50, 64), torch.randn(40, 64)
+  idx = torch.randint(0, 50, (40,))
+  fn = lambda table, idx, pos: table[idx] + pos * 2
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    out = torch.compile(fn, backend="uop", options=FRESH)(table, idx, pos)
+  torch.testing.assert_close(out, fn(table, idx, pos))
+  assert graphs[0].kernels and all(k.opts.upcast == () for k in graphs[0].kernels)
 
 
 @pytest.mark.parametrize("shape,view,axes", TRANSPOSE_TILES, ids=range(len(TRANSPOSE_TILES)))

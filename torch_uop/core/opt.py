@@ -300,7 +300,9 @@ def _transpose_tile(out_shape: tuple, nodes: list, ranges: dict, all_ranges: lis
   if store_axis is None: return []
   for ld in loads:
     load_axis = unit_axis(ld)
-    if load_axis is None or load_axis == store_axis or stride_along(ld.src[1], ranges[store_axis], all_ranges) is None: continue
+    # (a load that stays put along the store axis, a row's scale or an embedding row's index, is a broadcast, not a
+    # transposition: the plain loop already stores and loads the others contiguously)
+    if load_axis is None or load_axis == store_axis or stride_along(ld.src[1], ranges[store_axis], all_ranges) in (None, 0): continue
     sizes = (out_shape[load_axis], out_shape[store_axis])
     # a size the tile does not divide ends with a tile overlapping the one before (codegen's _upcast_index)
     if any(is_sym(x) or x < lanes for x in sizes): return []
