@@ -445,9 +445,12 @@ def _ranges_of(u: UOp, cache: dict) -> frozenset:
   elif u.op is Ops.REDUCE: r = _ranges_of(u.src[0], cache) - frozenset(u.src[1:])
   elif u.op is Ops.AFTER:  # (what it waits for is done once its loops end)
     r = frozenset(x for s in u.src[1:] for x in _ranges_of(s, cache) if x.arg[1] != "stage")
+  elif not u.src: r = frozenset()
   else:
-    r = frozenset()
-    for s in u.src: r |= _ranges_of(s, cache)
+    r = _ranges_of(u.src[0], cache)
+    for s in u.src[1:]:
+      more = _ranges_of(s, cache)
+      if not more <= r: r = r | more  # (most sources add no loop: no new set is built for them)
   cache[u] = r
   return r
 
@@ -634,6 +637,8 @@ def _order_reduce_ranges(reduce_ranges: list, nodes: list, rcache: dict) -> list
 
 def _loop_membership(nodes: list) -> dict:
   """node -> the loop ids whose counter or state it reads (a LOOP hides its own loop), for toposorted nodes."""
+  if not any(n.op is Ops.LOOP_VAR or n.op is Ops.RANGE and n.arg[1] == "loop" for n in nodes):
+    return dict.fromkeys(nodes, frozenset())  # (the common case: no LT.loop in the kernel)
   loop_of: dict = {}
   for n in nodes:
     if n.op is Ops.LOOP_VAR: loop_of[n] = frozenset([n.arg[0]])

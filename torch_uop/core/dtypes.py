@@ -17,7 +17,10 @@ class DType:
   priority: int = 0
 
   def __repr__(self): return f"dtypes.{self.name}"
-  def __hash__(self): return hash(self.name)  # (the name is unique; the generated hash tuples every field)
+  # every DType is one of the `dtypes` below (unpickling returns that one too), so identity is equality: hashing by
+  # identity, in C, keeps Python code out of node construction's dict lookups, the compiler's hottest path
+  __hash__ = object.__hash__
+  def __reduce__(self): return getattr, (dtypes, self.name)
 
   @property
   def is_float(self) -> bool: return self.kind == 'f'

@@ -91,6 +91,12 @@ _symbolic_types: tuple = ()  # (core.sym.Sym,), set when that module loads
 _live: dict = {}
 
 
+# integer constants by (dtype, value), held: index math builds the same few constants hundreds of thousands of times
+# per model (ints only: 1 == 1.0 == True and 0.0 == -0.0 would share a key)
+_int_consts: dict = {}
+_INT_CONSTS_LIMIT = 1 << 14
+
+
 def _forget(ref, key) -> None:
   if _live.get(key) is ref: del _live[key]
 
@@ -121,9 +127,14 @@ class UOp(metaclass=_UOpMeta):
   # ---- constructors
   @staticmethod
   def const(dtype: DType, value) -> UOp:
+    if type(value) is int and (hit := _int_consts.get((dtype, value))) is not None: return hit
     # a symbolic size (core/sym.py) is its expression, computed by the kernel
     if _symbolic_types and isinstance(value, _symbolic_types): return value.uop.cast(dtype)
-    return UOp(Ops.CONST, dtype, (), cast_python_value(value, dtype))
+    node = UOp(Ops.CONST, dtype, (), cast_python_value(value, dtype))
+    if type(value) is int:
+      if len(_int_consts) > _INT_CONSTS_LIMIT: _int_consts.clear()
+      _int_consts[(dtype, value)] = node
+    return node
   def const_like(self, value) -> UOp: return UOp.const(self.dtype, value)
   def alu(self, op: Ops, *others: UOp, arg=None) -> UOp:
     out_dtype = dtypes.bool if op in COMPARISON else self.dtype
@@ -322,7 +333,8 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx=None, memo: dict | None = N
         stack.append((node, True))
         stack.extend((s, False) for s in node.src if s not in done)
         continue
-      new = node.replace(src=tuple(done[s] for s in node.src)) if node.src else node
+      new = node
+      if node.src and any(done[s] is not s for s in node.src): new = node.replace(src=tuple(done[s] for s in node.src))
       seen = 0
       while (nxt := pm.rewrite(new, ctx)) is not None:
         seen += 1
