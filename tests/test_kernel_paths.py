@@ -721,3 +721,36 @@ def test_backward_copies_of_saved_tensors_keep_their_place(monkeypatch):
   peak = backward_peak()
   monkeypatch.setattr(sched, "_reduces", lambda step, realized: True)
   assert peak < backward_peak()
+
+
+LANE_TILES = [
+  ("x @ w.T with bias and GELU", lambda x, w, b: F.gelu(x @ w.t() + b), [(64, 96), (80, 96), (80,)]),
+  ("x @ w, rows not a multiple of the tile", lambda x, w: x @ w, [(30, 64), (64, 72)]),
+  ("a transposing copy with arithmetic", lambda x: x.t().contiguous() * 2 + 1, [(96, 64)]),
+  ("NCHW to NHWC", lambda x: x.permute(0, 2, 3, 1).contiguous() - 1, [(2, 24, 9, 16)]),
+  ("attention scores, heads batched", lambda q, k: (q @ k.transpose(-1, -2)) * 0.25, [(2, 4, 40, 16), (2, 4, 40, 16)]),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes", LANE_TILES, ids=[c[0] for c in LANE_TILES])
+def test_a_tile_built_by_lanes_is_the_tile_built_position_by_position(monkeypatch, name, fn, shapes):
+  """A register tile's expression is built once at stand-in lanes and instantiated per position (codegen._lane_tile):
+  the kernels are exactly those built position by position, and the results equal eager's."""
+  from torch_uop.core import codegen
+  torch.manual_seed(0)
+  args = [torch.randn(s) for s in shapes]
+
+  def programs():
+    torch._dynamo.reset()
+    with torch_uop.debug.capture() as graphs:
+      got = torch.compile(fn, backend="uop", options=FRESH)(*args)
+    torch.testing.assert_close(got, fn(*args), rtol=1e-4, atol=1e-4)
+    return [k.program for g in graphs for k in g.kernels]
+
+  used = []
+  lane_tile = codegen._lane_tile
+  monkeypatch.setattr(codegen, "_lane_tile", lambda *a: used.append(lane_tile(*a)) or used[-1])
+  by_lanes = programs()
+  assert any(t is not None for t in used)  # the lanes were taken
+  monkeypatch.setattr(codegen, "_lane_tile", lambda *a: None)
+  assert by_lanes == programs()

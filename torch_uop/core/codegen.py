@@ -282,13 +282,68 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
   axis_idxs = [[_c(0)] if r is None else [r] if opts.factor(d) == 1 else
                [_upcast_index(r, opts.factor(d), o, out_shape[d], _clamped(opts, out_shape, d)) for o in range(opts.factor(d))]
                for d, r in enumerate(loops)]
-  for idxs in itertools.product(*axis_idxs):
-    value = ev.eval(root, idxs, UOp.const(dtypes.bool, True))
+  true = UOp.const(dtypes.bool, True)
+  tile = _lane_tile(item, opts, loops)
+  if tile is not None:
+    lanes, lane_idxs = tile
+    at_lanes = simplify(ev.eval(root, lane_idxs, true))
+    depends: dict = {}
+  for pos, idxs in zip(itertools.product(*[range(len(a)) for a in axis_idxs]), itertools.product(*axis_idxs)):
+    if tile is None: value = ev.eval(root, idxs, true)
+    else: value = simplify(_at_position(at_lanes, {lane: _c(pos[d]) for d, lane in lanes.items()}, depends, {}))
     # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same
     # value is then stored once per aliasing index)
     flat = _strided(idxs, item.buffers[item.out_slot].strides)
     stores.append(UOp(Ops.STORE, dtypes.void, (out_buf, flat, value)))
   return simplify(UOp(Ops.SINK, dtypes.void, tuple(stores))), ev
+
+
+LANE_AXIS_BASE = 3000  # axis ids of the stand-ins for tile positions (_lane_tile)
+
+
+def _lane_tile(item: KernelItem, opts: KernelOpts, loops: list):
+  """A register tile's expression built once instead of once per position: each upcast axis' index is written
+  base + lane, with lane a stand-in RANGE over the tile's positions (kind "lane"); the kernel's root is evaluated and
+  simplified at those indices, and each position is that result with the lanes replaced by its offsets
+  (_at_position), simplified again. Returns ({axis: lane}, the indices), or None where the tile is built position by
+  position: a tile of one position, an axis whose positions are not base + offset (clamped), or an expression where a
+  position's own facts shape what is built (masked views, whose gates narrow their index math; staged copies and
+  gathers, keyed by index; row reductions; LT.loop)."""
+  if not opts.upcast or item.row_reduces: return None
+  shape = item.root.shape
+  for d, f in opts.upcast:
+    if f > 1 and (loops[d] is None or _clamped(opts, shape, d) or isinstance(shape[d], Sym) or shape[d] < f): return None
+  stack, seen = [item.root], set()
+  while stack:
+    u = stack.pop()
+    if u in seen: continue
+    seen.add(u)
+    if u is not item.root and u in item.realized: continue
+    if u.op in (Ops.GATHER, Ops.LOOP, Ops.LOOP_VAR) or (u.op is Ops.CONTIGUOUS and u.arg == STAGED): return None
+    if u.op is Ops.VIEW and any(v.mask is not None for v in u.arg.views): return None
+    stack.extend(u.src)
+  lanes, idxs = {}, []
+  for d, r in enumerate(loops):
+    f = opts.factor(d)
+    if r is None: idxs.append(_c(0)); continue
+    if f == 1: idxs.append(r); continue
+    lanes[d] = UOp(Ops.RANGE, IDX, (_c(f),), (LANE_AXIS_BASE + d, "lane"))
+    idxs.append(_upcast_index(r, f, 0, shape[d]) + lanes[d])
+  return lanes, tuple(idxs)
+
+
+def _at_position(u: UOp, offsets: dict, depends: dict, cache: dict) -> UOp:
+  """u with each lane of `offsets` replaced by its constant; what no lane reaches is returned as it is. `depends`
+  (node -> whether a lane reaches it) is shared between the positions of one tile."""
+  if u in offsets: return offsets[u]
+  if not _lane_reaches(u, depends): return u
+  if u not in cache: cache[u] = u.replace(src=tuple(_at_position(s, offsets, depends, cache) for s in u.src))
+  return cache[u]
+
+
+def _lane_reaches(u: UOp, depends: dict) -> bool:
+  if u not in depends: depends[u] = u.op is Ops.RANGE and u.arg[1] == "lane" or any([_lane_reaches(s, depends) for s in u.src])
+  return depends[u]
 
 
 ROW_CACHE_BYTES = 32 << 10  # the most a row's cached values may take (the kernel's stack; with the row, in L1)

@@ -251,9 +251,12 @@ def _combine_terms(x: UOp):
     if b not in merged: order.append(b); merged[b] = 0
     merged[b] += c
   combined = [(merged[b], b) for b in order]
+  # only a real simplification is taken: fewer terms, or the constant moved last (checked before building the sum:
+  # most sums visited are already in this form)
+  fewer = len([1 for c, b in combined if c != 0]) < len(terms)
+  if not fewer and not (None in merged and order[-1] is not None): return None
   new = _sum_terms(combined, x.dtype)
-  # only accept if it's a real simplification
-  return new if len([1 for c, b in combined if c != 0]) < len(terms) or (None in merged and order[-1] is not None) and new is not x else None
+  return new if fewer or new is not x else None
 
 
 def _div_mod_by_const(x: UOp, c: UOp, is_mod: bool):
