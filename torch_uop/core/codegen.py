@@ -76,6 +76,7 @@ class _Evaluator:
     self.row_ranges: list = []  # the loops of each row reduction evaluated (schedule.KernelItem.row_reduces)
     self.loops: dict = {}      # (LT.loop tag, idxs, gate) -> (loop id, kernel LOOP sources)
     self.loop_vars: dict = {}  # (LT.loop tag, idxs, gate) -> (counter RANGE, state LOOP_VARs)
+    self.at_lanes = False      # evaluating a register tile at stand-in lanes (_lane_tile)
 
   def buf(self, slot: int, dtype: DType) -> UOp:
     if slot not in self.args: self.args[slot] = UOp(Ops.DEFINE_GLOBAL, dtype, (), slot)
@@ -117,6 +118,9 @@ class _Evaluator:
       valid = _simplify(valid)
       src = node.src[0]
       inner_gate = _simplify(gate & valid)
+      # (a position's mask clauses narrow its index math, range_limits below: a tile whose masks move with a lane is
+      # built position by position)
+      if self.at_lanes and inner_gate.op is not Ops.CONST and _has_lane(inner_gate): raise _PositionDependent
       # what is read here is only used where the mask holds: the index may assume it (a concatenation's
       # (r - 32) % 64 for r in [32, 64) is r - 32)
       limits = range_limits(inner_gate) if inner_gate.op is not Ops.CONST else {}
@@ -179,6 +183,7 @@ class _Evaluator:
     reductions, for a dim-0 index no reduce loop moves (the slab is copied once per outer iteration, then read by
     all the reduction's steps), a slab of constant size, and within the kernel's stage_bytes. Otherwise the
     kernel reads the source itself."""
+    if self.at_lanes and _has_lane(idxs[0]): raise _PositionDependent  # (a slab per position of the tile)
     if (node, idxs[0]) in self.stages: return True
     slab = node.shape[1:]
     if self.staging == "off" or not (gate.op is Ops.CONST and gate.arg) or self.item.row_reduces: return False
@@ -286,7 +291,12 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
   tile = _lane_tile(item, opts, loops)
   if tile is not None:
     lanes, lane_idxs = tile
-    at_lanes = simplify(ev.eval(root, lane_idxs, true))
+    ev.at_lanes = True
+    try: at_lanes = simplify(ev.eval(root, lane_idxs, true))
+    except _PositionDependent:
+      tile, ev = None, _Evaluator(item, opts, staging, stage_bytes)
+      ev.buf(item.out_slot, root.dtype)
+    ev.at_lanes = False
     depends: dict = {}
   for pos, idxs in zip(itertools.product(*[range(len(a)) for a in axis_idxs]), itertools.product(*axis_idxs)):
     if tile is None: value = ev.eval(root, idxs, true)
@@ -307,8 +317,9 @@ def _lane_tile(item: KernelItem, opts: KernelOpts, loops: list):
   simplified at those indices, and each position is that result with the lanes replaced by its offsets
   (_at_position), simplified again. Returns ({axis: lane}, the indices), or None where the tile is built position by
   position: a tile of one position, an axis whose positions are not base + offset (clamped), or an expression where a
-  position's own facts shape what is built (masked views, whose gates narrow their index math; staged copies and
-  gathers, keyed by index; row reductions; LT.loop)."""
+  position's own facts shape what is built: gathers, row reductions, LT.loop, and (found while evaluating,
+  _PositionDependent) a mask that moves with a lane, whose clauses narrow each position's index math, or a staged
+  slab that does."""
   if not opts.upcast or item.row_reduces: return None
   shape = item.root.shape
   for d, f in opts.upcast:
@@ -319,8 +330,7 @@ def _lane_tile(item: KernelItem, opts: KernelOpts, loops: list):
     if u in seen: continue
     seen.add(u)
     if u is not item.root and u in item.realized: continue
-    if u.op in (Ops.GATHER, Ops.LOOP, Ops.LOOP_VAR) or (u.op is Ops.CONTIGUOUS and u.arg == STAGED): return None
-    if u.op is Ops.VIEW and any(v.mask is not None for v in u.arg.views): return None
+    if u.op in (Ops.GATHER, Ops.LOOP, Ops.LOOP_VAR): return None
     stack.extend(u.src)
   lanes, idxs = {}, []
   for d, r in enumerate(loops):
@@ -330,6 +340,13 @@ def _lane_tile(item: KernelItem, opts: KernelOpts, loops: list):
     lanes[d] = UOp(Ops.RANGE, IDX, (_c(f),), (LANE_AXIS_BASE + d, "lane"))
     idxs.append(_upcast_index(r, f, 0, shape[d]) + lanes[d])
   return lanes, tuple(idxs)
+
+
+class _PositionDependent(Exception):
+  """Raised while evaluating a tile at stand-in lanes where what is built depends on the position itself."""
+
+
+def _has_lane(u: UOp) -> bool: return any(n.op is Ops.RANGE and n.arg[1] == "lane" for n in u.toposort())
 
 
 def _at_position(u: UOp, offsets: dict, depends: dict, cache: dict) -> UOp:
