@@ -508,6 +508,10 @@ class TestHashConsing:
     import pickle
     e = (rng(4) * c(3) + rng(3, 1)) // c(3)
     assert pickle.loads(pickle.dumps(e)) is e
+    # dtypes hash by identity, so a copy must be the dtype itself
+    import copy
+    for dt in (dtypes.bool, dtypes.int8, dtypes.int64, dtypes.bfloat16, dtypes.float32, dtypes.void):
+      assert pickle.loads(pickle.dumps(dt)) is dt and copy.deepcopy(dt) is dt
 
 
 def test_vectorizable_exp_matches_eager_within_one_ulp():
