@@ -77,6 +77,7 @@ class _Evaluator:
     self.loops: dict = {}      # (LT.loop tag, idxs, gate) -> (loop id, kernel LOOP sources)
     self.loop_vars: dict = {}  # (LT.loop tag, idxs, gate) -> (counter RANGE, state LOOP_VARs)
     self.at_lanes = False      # evaluating a register tile at stand-in lanes (_lane_tile)
+    self.lane_reach: dict = {} # node -> whether a lane reaches it (_lane_reaches), while and after evaluating at lanes
 
   def buf(self, slot: int, dtype: DType) -> UOp:
     if slot not in self.args: self.args[slot] = UOp(Ops.DEFINE_GLOBAL, dtype, (), slot)
@@ -120,7 +121,8 @@ class _Evaluator:
       inner_gate = _simplify(gate & valid)
       # (a position's mask clauses narrow its index math, range_limits below: a tile whose masks move with a lane is
       # built position by position)
-      if self.at_lanes and inner_gate.op is not Ops.CONST and _has_lane(inner_gate): raise _PositionDependent
+      if self.at_lanes and inner_gate.op is not Ops.CONST and _lane_reaches(inner_gate, self.lane_reach):
+        raise _PositionDependent
       # what is read here is only used where the mask holds: the index may assume it (a concatenation's
       # (r - 32) % 64 for r in [32, 64) is r - 32)
       limits = range_limits(inner_gate) if inner_gate.op is not Ops.CONST else {}
@@ -183,7 +185,7 @@ class _Evaluator:
     reductions, for a dim-0 index no reduce loop moves (the slab is copied once per outer iteration, then read by
     all the reduction's steps), a slab of constant size, and within the kernel's stage_bytes. Otherwise the
     kernel reads the source itself."""
-    if self.at_lanes and _has_lane(idxs[0]): raise _PositionDependent  # (a slab per position of the tile)
+    if self.at_lanes and _lane_reaches(idxs[0], self.lane_reach): raise _PositionDependent  # (a slab per position)
     if (node, idxs[0]) in self.stages: return True
     slab = node.shape[1:]
     if self.staging == "off" or not (gate.op is Ops.CONST and gate.arg) or self.item.row_reduces: return False
@@ -297,10 +299,9 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
       tile, ev = None, _Evaluator(item, opts, staging, stage_bytes)
       ev.buf(item.out_slot, root.dtype)
     ev.at_lanes = False
-    depends: dict = {}
   for pos, idxs in zip(itertools.product(*[range(len(a)) for a in axis_idxs]), itertools.product(*axis_idxs)):
     if tile is None: value = ev.eval(root, idxs, true)
-    else: value = simplify(_at_position(at_lanes, {lane: _c(pos[d]) for d, lane in lanes.items()}, depends, {}))
+    else: value = simplify(_at_position(at_lanes, {lane: _c(pos[d]) for d, lane in lanes.items()}, ev.lane_reach, {}))
     # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same
     # value is then stored once per aliasing index)
     flat = _strided(idxs, item.buffers[item.out_slot].strides)
@@ -346,21 +347,19 @@ class _PositionDependent(Exception):
   """Raised while evaluating a tile at stand-in lanes where what is built depends on the position itself."""
 
 
-def _has_lane(u: UOp) -> bool: return any(n.op is Ops.RANGE and n.arg[1] == "lane" for n in u.toposort())
-
-
-def _at_position(u: UOp, offsets: dict, depends: dict, cache: dict) -> UOp:
-  """u with each lane of `offsets` replaced by its constant; what no lane reaches is returned as it is. `depends`
-  (node -> whether a lane reaches it) is shared between the positions of one tile."""
+def _at_position(u: UOp, offsets: dict, reach: dict, cache: dict) -> UOp:
+  """u with each lane of `offsets` replaced by its constant; what no lane reaches is returned as it is. `reach`
+  (_lane_reaches' memo) is shared between the positions of one tile."""
   if u in offsets: return offsets[u]
-  if not _lane_reaches(u, depends): return u
-  if u not in cache: cache[u] = u.replace(src=tuple(_at_position(s, offsets, depends, cache) for s in u.src))
+  if not _lane_reaches(u, reach): return u
+  if u not in cache: cache[u] = u.replace(src=tuple(_at_position(s, offsets, reach, cache) for s in u.src))
   return cache[u]
 
 
-def _lane_reaches(u: UOp, depends: dict) -> bool:
-  if u not in depends: depends[u] = u.op is Ops.RANGE and u.arg[1] == "lane" or any([_lane_reaches(s, depends) for s in u.src])
-  return depends[u]
+def _lane_reaches(u: UOp, reach: dict) -> bool:
+  """Whether a lane (a RANGE of kind "lane") is u or below it; `reach` memoizes it per node."""
+  if u not in reach: reach[u] = u.op is Ops.RANGE and u.arg[1] == "lane" or any([_lane_reaches(s, reach) for s in u.src])
+  return reach[u]
 
 
 ROW_CACHE_BYTES = 32 << 10  # the most a row's cached values may take (the kernel's stack; with the row, in L1)

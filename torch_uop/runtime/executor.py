@@ -32,7 +32,7 @@ from torch_uop.core.uop import UOp, Ops, pretty
 from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo
 from torch_uop.core.shapetracker import ShapeTracker, contiguous_strides
-from torch_uop.core.symbolic import simplify
+from torch_uop.core.symbolic import simplify, base_and_offset
 from torch_uop.core.codegen import build_kernel, canonical_item, with_slots
 from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_kernel
@@ -842,11 +842,16 @@ def _strided_view(u: UOp, want: tuple | None) -> tuple | None:
   if base.dtype != u.dtype or view.mask is not None: return None
   if not all(isinstance(x, int) for x in (*view.shape, *view.strides, view.offset)) or min(view.strides, default=0) < 0:
     return None
-  if want is None: return base, tuple(view.strides), view.offset
-  if not _same_strides(view.shape, want, view.strides): return None
-  # eager's strides, which may differ from the view's in dims of size 1: a graph that reads the output (the backward
-  # reading a saved tensor) checks strides exactly
-  return base, tuple(want) if all(isinstance(x, int) for x in want) else tuple(view.strides), view.offset
+  return _in_eager_layout(base, view.shape, view.strides, view.offset, want)
+
+
+def _in_eager_layout(base: UOp, shape: tuple, strides: tuple, offset: int, want: tuple | None) -> tuple | None:
+  """(base, strides, offset) for a view of base that eager lays out with the strides `want` (None: any), or None
+  where they differ. Eager's strides are handed out, which may differ from the view's in dims of size 1: a graph that
+  reads the output (the backward reading a saved tensor) checks strides exactly."""
+  if want is None: return base, tuple(strides), offset
+  if not _same_strides(shape, want, strides): return None
+  return base, tuple(want) if all(isinstance(x, int) for x in want) else tuple(strides), offset
 
 
 def _input_alias(u: UOp, want: tuple | None, eager_root: tuple | None, inputs: list) -> tuple | None:
@@ -905,20 +910,14 @@ def _view_through_layout(u: UOp, want: tuple | None, layout: tuple) -> tuple | N
   flat, valid = (ShapeTracker.from_strides(base.shape, layout) + u.arg).to_indexed(at)
   valid, flat = simplify(valid), simplify(flat)
   if valid.op is not Ops.CONST or valid.arg is not True: return None
-  strides, offset = [0] * len(at), 0
-  terms, todo = [], [flat]
-  while todo:  # flat as a sum of range * constant terms and a constant
-    t = todo.pop()
-    if t.op is Ops.ADD: todo.extend(t.src)
-    else: terms.append(t)
+  strides = [0] * len(at)
+  terms, offset = base_and_offset(flat)  # flat as a sum of range * constant terms and a constant
   for t in terms:
-    if t.op is Ops.CONST: offset += t.arg
-    elif t.op is Ops.RANGE: strides[t.arg[0]] += 1
+    if t.op is Ops.RANGE: strides[t.arg[0]] += 1
     elif t.op is Ops.MUL and t.src[0].op is Ops.RANGE and t.src[1].op is Ops.CONST: strides[t.src[0].arg[0]] += t.src[1].arg
     else: return None
   if min(strides, default=0) < 0 or offset < 0: return None
-  if want is not None and not _same_strides(u.shape, want, strides): return None
-  return base, tuple(want) if want is not None and all(isinstance(x, int) for x in want) else tuple(strides), offset
+  return _in_eager_layout(base, u.shape, strides, offset, want)
 
 
 def _same_strides(shape: tuple, a: tuple, b: tuple) -> bool:
