@@ -757,3 +757,58 @@ def test_a_tile_built_by_lanes_is_the_tile_built_position_by_position(monkeypatc
   assert any(t is not None for t in used)  # the lanes were taken
   monkeypatch.setattr(codegen, "_lane_tile", lambda *a: None)
   assert by_lanes == programs()
+
+
+# (name, function, input shapes, the trips of the kernel's loops as they nest, merged: whether any loop was merged)
+MERGED_LOOPS = [
+  ("a channel's scale times its 7x7 pixels", lambda x, s: torch.sigmoid(s)[:, :, None, None] * x,
+   [(2, 24, 7, 7), (2, 24)], [48, 49], True),
+  ("a bias over channels", lambda x, b: x + b[None, :, None, None], [(2, 16, 5, 6), (16,)], [2, 16, 30], True),
+  ("elementwise over four dims", lambda x: torch.relu(x) * 2, [(2, 3, 5, 7)], [210], True),
+  ("every other column", lambda x: x[:, :, ::2] + 1, [(2, 5, 8)], [40], True),
+  ("a comparison with the flat position", lambda x: torch.where(torch.arange(20).reshape(4, 5) > 7, x, 0.), [(3, 4, 5)],
+   [3, 20], True),
+  ("a mean over the pixels", lambda x: x.mean((2, 3)), [(2, 16, 7, 7)], [32, 49], True),
+  ("padding: images and channels merge, rows stay", lambda x: F.pad(x, (1, 1, 1, 1)), [(2, 3, 6, 6)], [6, 8, 8], True),
+  ("a transpose", lambda x: x.transpose(1, 2) * 2, [(2, 6, 10)], [2, 10, 6], False),
+  ("a concatenation", lambda x, y: torch.cat([x, y], 1) * 2, [(2, 3, 4), (2, 5, 4)], [2, 8, 4], False),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,trips,merged", MERGED_LOOPS, ids=[c[0] for c in MERGED_LOOPS])
+def test_loops_read_as_one_are_merged(monkeypatch, name, fn, shapes, trips, merged):
+  """Adjacent loops that every index reads as one (r1 * size(r2) + r2) are one loop (codegen._merge_loops), output and
+  reduction loops alike; loops read apart (a mask, a transpose, a concatenation) stay. Results equal eager's, and the
+  same kernels built without merging differ exactly where a loop was merged."""
+  from torch_uop.core import codegen
+  torch.manual_seed(0)
+  args = [torch.randn(s) for s in shapes]
+
+  def loops():
+    torch._dynamo.reset()
+    with torch_uop.debug.capture() as graphs:
+      got = torch.compile(fn, backend="uop", options=FRESH)(*args)
+    torch.testing.assert_close(got, fn(*args), rtol=1e-5, atol=1e-5)
+    kernel = graphs[0].kernels[-1]  # the one writing the output (a channel's sigmoid is a kernel of its own)
+    return [u.src[0].arg for u in kernel.program if u.op is Ops.RANGE]
+
+  assert loops() == trips
+  monkeypatch.setattr(codegen, "_merge_loops", lambda ast: ast)
+  assert (loops() != trips) == merged
+
+
+def test_loops_around_loops_are_not_unrolled():
+  """A loop around another is marked for LLVM not to unroll (a few short loops unrolled in full would copy the loops
+  inside them), and not to vectorize where it steps a load or store by more than one element (vectorized across
+  the rows of a padded copy, each lane would be a scalar load); one stepping by one element may vectorize (a column
+  sum: across columns). The innermost loop keeps the default. Results equal eager's."""
+  torch.manual_seed(0)
+  for fn, shape, outer in ((lambda x: F.pad(x, (1, 1, 1, 1)), (2, 3, 6, 6), "!9"), (lambda x: x.sum(0), (33, 42), "!7")):
+    x = torch.randn(shape)
+    torch._dynamo.reset()
+    with torch_uop.debug.capture() as graphs:
+      got = torch.compile(fn, backend="uop", options=FRESH)(x)
+    torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-5)
+    (source,) = graphs[0].sources
+    marks = [line.rsplit(" ", 1)[-1] for line in source.splitlines() if "!llvm.loop" in line]
+    assert marks[0] == "!0" and outer in marks[1:], marks  # (the innermost loop's back edge comes first)

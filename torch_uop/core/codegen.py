@@ -461,6 +461,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
     if not opts.upcast and opts.vector_axis is None and not plain_ev.stages: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
   if ast is None: ast, ev = _kernel_ast(item, opts, "copy" if cpu else "off", stage_bytes)
   if item.row_reduces: ast = _cache_row_values(ast)
+  elif cpu and not opts.loop_order: ast = _merge_loops(ast)
   # polynomial exp/erf vectorize on the CPU; a GPU-style device has its own math functions (and rounds to bf16 itself)
   if device_kind == "cpu" and transcendental.may_rewrite(ast.toposort()): ast = graph_rewrite(ast, transcendental)
   if item.size_vars is not None: ast = _divided_variables(ast, item, opts)
@@ -476,6 +477,78 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
   split_size = 0 if split is None else split.src[0].arg if split.src[0].op is Ops.CONST else Sym(split.src[0])
   program = linearize(ast, opts.loop_order)
   return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], program, opts, split_size, _group_size(program, opts))
+
+
+def is_affine_index(u: UOp) -> bool:
+  """Whether u is a loop or index math that affine_terms looks through (a sum, a product with a constant)."""
+  return u.op is Ops.RANGE or (u.dtype == IDX and (u.op is Ops.ADD or (u.op is Ops.MUL and any(x.op is Ops.CONST for x in u.src))))
+
+
+def affine_terms(u: UOp, memo: dict) -> dict:
+  """u's coefficient per loop (RANGE -> int) where u is a sum of loops times constants plus terms free of them; any
+  other node is such a free term (a load, a division: whoever checks index math checks its operands there)."""
+  if u in memo: return memo[u]
+  if u.op is Ops.RANGE: t = {u: 1}
+  elif u.op is Ops.ADD and u.dtype == IDX:
+    t = dict(affine_terms(u.src[0], memo))
+    for r, c in affine_terms(u.src[1], memo).items(): t[r] = t.get(r, 0) + c
+  elif is_affine_index(u):  # a product with a constant
+    k, x = (u.src[0], u.src[1]) if u.src[0].op is Ops.CONST else (u.src[1], u.src[0])
+    t = {r: c * k.arg for r, c in affine_terms(x, memo).items()}
+  else: t = {}
+  memo[u] = t
+  return t
+
+
+# kernels whose loops _merge_loops leaves as they are: staged slabs and LT.loop state are laid out by their loops
+_MERGE_BLOCKERS = (Ops.DEFINE_LOCAL, Ops.AFTER, Ops.LOOP, Ops.LOOP_VAR, Ops.DEFINE_VAR)
+
+
+def _merge_loops(ast: UOp) -> UOp:
+  """Adjacent loops merged into one where every index reads them as one: a loop r1 of A trips around r2 of B is one
+  loop m of A*B trips when each index expression the kernel computes (a load's, a store's, a comparison's, a cast's
+  operand...) is affine in them with r1's coefficient B times r2's; that expression is then a function of
+  r1*B + r2 = m, and r1 -> 0, r2 -> m gives it. A channel's 7x7 or 14x14 pixels become one loop of 49 or 196 that
+  LLVM vectorizes, where it would otherwise unroll the short inner loop in full and vectorize across channels, with
+  one scalar load per lane. Output loops merge as they nest (the split loop outermost, then by axis), a reduction's
+  loops by axis; the merged loop keeps the inner loop's id, and is the thread-split loop if either was."""
+  nodes = ast.toposort()
+  if any(n.op in _MERGE_BLOCKERS for n in nodes): return ast
+  ranges = [n for n in nodes if n.op is Ops.RANGE and n.src[0].op is Ops.CONST]
+  outputs = sorted((r for r in ranges if r.arg[1] in ("global", "split")), key=lambda r: (r.arg[1] != "split", r.arg[0]))
+  reduces = sorted((r for r in ranges if r.arg[1] in ("reduce", "reduce_serial")), key=lambda r: r.arg[0])
+  if len(outputs) < 2 and len(reduces) < 2: return ast
+  # every index expression that is an operand of something other than more affine index math (a reduction's list of
+  # its loops is not one)
+  memo: dict = {}
+  operands = {s for n in nodes if not is_affine_index(n) and n.op is not Ops.REDUCE
+              for s in n.src if is_affine_index(s) and s.op is not Ops.CONST}
+  forms = [dict(t) for t in (affine_terms(s, memo) for s in operands) if t]
+  mapping: dict = {}  # a loop of the kernel -> what replaces it
+  for run in (outputs, reduces):
+    merged = run[0] if run else None  # the loop standing for the loops merged so far (the kernel's, or a new one)
+    for inner in run[1:]:
+      trips = inner.src[0].arg
+      if not all(t.get(merged, 0) == trips * t.get(inner, 0) for t in forms):
+        merged = inner
+        continue
+      kind = "split" if "split" in (merged.arg[1], inner.arg[1]) else inner.arg[1]
+      m = UOp(Ops.RANGE, IDX, (_c(merged.src[0].arg * trips),), (inner.arg[0], kind))
+      for t in forms:  # c_outer*outer + c_inner*inner = c_inner*m
+        c = t.pop(inner, 0)
+        t.pop(merged, None)
+        if c: t[m] = c
+      for r, v in mapping.items():
+        if v is merged: mapping[r] = _c(0)
+      if merged in ranges: mapping[merged] = _c(0)
+      mapping[inner] = m
+      merged = m
+  if not mapping: return ast
+  ast = substitute(ast, mapping)
+  # a reduction lists the loops it reduces over: the outer one of a merged pair is gone
+  fixed = {n: n.replace(src=(n.src[0], *(r for r in n.src[1:] if r.op is Ops.RANGE)))
+           for n in ast.toposort() if n.op is Ops.REDUCE and any(r.op is not Ops.RANGE for r in n.src[1:])}
+  return simplify(substitute(ast, fixed) if fixed else ast)
 
 
 def _group_size(program: list, opts: KernelOpts) -> int:

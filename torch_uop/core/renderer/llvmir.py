@@ -13,7 +13,7 @@ import math
 import struct
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE
 from torch_uop.core.dtypes import DType, dtypes
-from torch_uop.core.codegen import reduce_identity
+from torch_uop.core.codegen import reduce_identity, is_affine_index
 from torch_uop.core.renderer.transpose import find_transpose_tiles, butterfly_masks
 
 LLVM_TYPE = {
@@ -138,6 +138,7 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
   scalar_loops = {u for u in program if u.op is Ops.RANGE and u.arg[1] != "stage" and
                   (u.arg[1] in ("reduce_serial", "loop") or serial or (innermost_simd and u not in innermost))}
   forced = _forced_simd_loops(program, scalar_loops)
+  loop_ids = _loop_ids(program, scalar_loops, forced)
   tile_loads = find_transpose_tiles(program)
   columns: dict = {}  # TransposeTile -> its transposed vectors' names
   vector_store_at: dict = {}  # the last store of a run stored as one vector -> (tile, column, the run)
@@ -182,8 +183,7 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
       lid = loops[u.src[0]]
       f.emit(f"%{lid}.next = add nsw i64 %{lid}, 1")
       f.emit(f"store i64 %{lid}.next, ptr %{lid}.addr")
-      # !0: LLVM may vectorize this loop; !2: keep it scalar (SIMD runs across upcast outputs instead); !4: vectorize it
-      f.emit(f"br label %{lid}.cond, !llvm.loop !{2 if u.src[0] in scalar_loops else 4 if u.src[0] in forced else 0}")
+      f.emit(f"br label %{lid}.cond, !llvm.loop !{loop_ids[u.src[0]]}")
       f.label(f"{lid}.exit")
     elif op is Ops.DEFINE_ACC:
       owner = u.src[0]  # a REDUCE, or the LOOP_VAR of a loop's state (src[1]: its initial value)
@@ -286,13 +286,16 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
   allocas = "\n".join("  " + a for a in f.allocas)
   args = ", ".join([f"ptr noalias %b{i}" for i in range(len(buffer_slots))] + ["i64 %lo", "i64 %hi"])
   decls = "\n".join(sorted(f.declares))
+  # noinline: the launchers (runtime/cpu.py) call the kernel; inlined into each of them, LLVM would optimize and emit
+  # the body three times, the single-thread launcher's copy with constant loop bounds that it unrolls in full
   return (f"{decls}\n\ndefine void @{name}({args}) #0 {{\nentry:\n{allocas}\n  br label %start\nstart:\n{body}\n"
-          f"  ret void\n}}\n\nattributes #0 = {{ nounwind }}\n"
+          f"  ret void\n}}\n\nattributes #0 = {{ nounwind noinline }}\n"
           f"!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.mustprogress\"}}\n"
           f"!2 = distinct !{{!2, !1, !3}}\n!3 = !{{!\"llvm.loop.vectorize.enable\", i1 false}}\n"
           + (f"!4 = distinct !{{!4, !1, !5}}\n" if FORCED_SIMD_INTERLEAVE is None else
              f"!4 = distinct !{{!4, !1, !5, !6}}\n!6 = !{{!\"llvm.loop.interleave.count\", i32 {FORCED_SIMD_INTERLEAVE}}}\n")
-          + f"!5 = !{{!\"llvm.loop.vectorize.enable\", i1 true}}\n")
+          + f"!5 = !{{!\"llvm.loop.vectorize.enable\", i1 true}}\n"
+          f"!7 = distinct !{{!7, !1, !8}}\n!8 = !{{!\"llvm.loop.unroll.disable\"}}\n!9 = distinct !{{!9, !1, !3, !8}}\n")
 
 
 def _render_transpose(f: _Function, tile) -> list:
@@ -323,6 +326,47 @@ def _ensure_rendered(f: _Function, u: UOp) -> None:
   if u.op is Ops.CONST or u in f.names: return
   for s in u.src: _ensure_rendered(f, s)
   f.names[u] = _render_alu(f, u)
+
+
+def _loop_ids(program: list, scalar_loops: set, forced: set) -> dict:
+  """Each loop's !llvm.loop metadata: !0 LLVM may vectorize it; !2 keep it scalar (SIMD runs across upcast outputs
+  instead); !4 vectorize it (_forced_simd_loops); !7 and !9 (scalar) for a loop around other loops: LLVM must not
+  unroll it, and must not vectorize it where it steps a load or store by more than one element. Unrolled in full, a
+  few short loops (a channel's 7x7 pixels, a 5x5 window around a reduction) would copy every loop inside it, and the
+  loop around them would become the innermost: vectorized across channels, each lane a scalar load. Such modules took
+  LLVM 0.2-0.5 s each."""
+  nested, open_loops = set(), []
+  for u in program:
+    if u.op is Ops.RANGE:
+      nested.update(open_loops)
+      open_loops.append(u)
+    elif u.op is Ops.ENDRANGE: open_loops.remove(u.src[0])
+  memo: dict = {}
+  strided = {r for u in program if u.op in (Ops.LOAD, Ops.STORE)
+             for r, step in _steps(u.src[1], memo).items() if r in nested and (step is None or abs(step) > 1)}
+  ids = {}
+  for u in program:
+    if u.op is not Ops.RANGE: continue
+    if u in nested: ids[u] = 9 if u in scalar_loops or u in strided else 7
+    else: ids[u] = 2 if u in scalar_loops else 4 if u in forced else 0
+  return ids
+
+
+def _steps(u: UOp, memo: dict) -> dict:
+  """How far an index moves per iteration of each loop it depends on; None where it does not move by a constant
+  (a loop read through a division, a minimum, a loaded value)."""
+  if u in memo: return memo[u]
+  if u.op is Ops.RANGE: steps = {u: 1}
+  elif not u.src: steps = {}
+  elif is_affine_index(u) and u.op is Ops.ADD:
+    a, b = _steps(u.src[0], memo), _steps(u.src[1], memo)
+    steps = {r: None if a.get(r, 0) is None or b.get(r, 0) is None else a.get(r, 0) + b.get(r, 0) for r in a.keys() | b.keys()}
+  elif is_affine_index(u):
+    k, x = (u.src[0], u.src[1]) if u.src[0].op is Ops.CONST else (u.src[1], u.src[0])
+    steps = {r: None if c is None else c * k.arg for r, c in _steps(x, memo).items()}
+  else: steps = {r: None for s in u.src for r in _steps(s, memo)}
+  memo[u] = steps
+  return steps
 
 
 FORCED_SIMD_MIN_FLOAT_OPS = 16  # an elementwise kernel with this much float math per element vectorizes whatever it reads
