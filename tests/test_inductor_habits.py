@@ -419,3 +419,35 @@ def test_recompute_option_and_environment(monkeypatch):
   monkeypatch.setenv("TORCH_UOP_RECOMPUTE", "0")
   assert not Config.from_options().recompute
   assert Config.from_options({"recompute": True}).recompute
+
+
+def test_no_garbage_collection_while_compiling(monkeypatch):
+  """While torch_uop compiles a graph (inside the AOT trace, forward and backward alike) the cyclic collector does not
+  run on its own and the heap from before is frozen (dynamo_backend._no_collections_while_compiling); after, it runs
+  again with nothing left frozen, and a user who had turned it off finds it off. Results match eager."""
+  import gc
+  from torch_uop.lowering import graph as lowering_graph
+  seen = []
+  lower = lowering_graph.lower_graph
+  monkeypatch.setattr(lowering_graph, "lower_graph", lambda *a, **k: seen.append((gc.isenabled(), gc.get_freeze_count() > 0)) or lower(*a, **k))
+  torch.manual_seed(0)
+  model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+  x = torch.randn(5, 8)
+  for user_disabled in (False, True):
+    torch._dynamo.reset()
+    seen.clear()
+    if user_disabled: gc.disable()
+    try:
+      out = torch.compile(model, backend="uop", options={"graph_cache": False})(x)
+      out.sum().backward()
+      grads = [p.grad.clone() for p in model.parameters()]
+      enabled_after = gc.isenabled()
+    finally: gc.enable()
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(grads, model.parameters()): torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-5)
+    model.zero_grad()
+    assert len(seen) == 2  # the forward graph and the backward graph
+    assert all(not enabled for enabled, _ in seen)
+    assert all(frozen for _, frozen in seen) == (not user_disabled)  # (left alone where the user turned it off)
+    assert enabled_after == (not user_disabled) and gc.get_freeze_count() == 0
