@@ -13,6 +13,15 @@ from torch_uop.runtime import cpu
 
 FRESH = {"graph_cache": False}  # tests that look at how a graph compiles must not get it from the graph cache
 
+
+def _compile_checked(fn, args, rtol=1e-5, atol=1e-5) -> list:
+  """The graphs torch.compile builds for fn(*args) (fresh, not from the graph cache), its result checked against eager's."""
+  torch._dynamo.reset()
+  with torch_uop.debug.capture() as graphs:
+    got = torch.compile(fn, backend="uop", options=FRESH)(*args)
+  torch.testing.assert_close(got, fn(*args), rtol=rtol, atol=atol)
+  return graphs
+
 # (batch, channels, height, out channels, kernel, stride, padding, dilation, groups)
 CONV_CASES = [
   (2, 3, 32, 8, 7, 2, 3, 1, 1),     # a stem: 3 channels, 7x7, stride 2
@@ -743,12 +752,7 @@ def test_a_tile_built_by_lanes_is_the_tile_built_position_by_position(monkeypatc
   torch.manual_seed(0)
   args = [torch.randn(s) for s in shapes]
 
-  def programs():
-    torch._dynamo.reset()
-    with torch_uop.debug.capture() as graphs:
-      got = torch.compile(fn, backend="uop", options=FRESH)(*args)
-    torch.testing.assert_close(got, fn(*args), rtol=1e-4, atol=1e-3)
-    return [k.program for g in graphs for k in g.kernels]
+  def programs(): return [k.program for g in _compile_checked(fn, args, rtol=1e-4, atol=1e-3) for k in g.kernels]
 
   used = []
   lane_tile = codegen._lane_tile
@@ -784,13 +788,8 @@ def test_loops_read_as_one_are_merged(monkeypatch, name, fn, shapes, trips, merg
   torch.manual_seed(0)
   args = [torch.randn(s) for s in shapes]
 
-  def loops():
-    torch._dynamo.reset()
-    with torch_uop.debug.capture() as graphs:
-      got = torch.compile(fn, backend="uop", options=FRESH)(*args)
-    torch.testing.assert_close(got, fn(*args), rtol=1e-5, atol=1e-5)
-    kernel = graphs[0].kernels[-1]  # the one writing the output (a channel's sigmoid is a kernel of its own)
-    return [u.src[0].arg for u in kernel.program if u.op is Ops.RANGE]
+  def loops():  # of the kernel writing the output (a channel's sigmoid is a kernel of its own)
+    return [u.src[0].arg for u in _compile_checked(fn, args)[0].kernels[-1].program if u.op is Ops.RANGE]
 
   assert loops() == trips
   monkeypatch.setattr(codegen, "_merge_loops", lambda ast: ast)
@@ -804,11 +803,6 @@ def test_loops_around_loops_are_not_unrolled():
   sum: across columns). The innermost loop keeps the default. Results equal eager's."""
   torch.manual_seed(0)
   for fn, shape, outer in ((lambda x: F.pad(x, (1, 1, 1, 1)), (2, 3, 6, 6), "!9"), (lambda x: x.sum(0), (33, 42), "!7")):
-    x = torch.randn(shape)
-    torch._dynamo.reset()
-    with torch_uop.debug.capture() as graphs:
-      got = torch.compile(fn, backend="uop", options=FRESH)(x)
-    torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-5)
-    (source,) = graphs[0].sources
+    (source,) = _compile_checked(fn, (torch.randn(shape),))[0].sources
     marks = [line.rsplit(" ", 1)[-1] for line in source.splitlines() if "!llvm.loop" in line]
     assert marks[0] == "!0" and outer in marks[1:], marks  # (the innermost loop's back edge comes first)
