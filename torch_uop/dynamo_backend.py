@@ -115,12 +115,11 @@ def decomposition_table() -> dict:
 def _no_collections_while_compiling():
   """While torch_uop compiles, the cyclic garbage collector does not run on its own, and the heap from before (what
   Dynamo, FX and fake tensors built) is frozen (gc.freeze): a collection something asks for walks only the compile's
-  objects. The compiler
-  builds millions of small UOps, tuples and dicts, most freed by reference counting; with collections on, every few
-  hundred allocations set one off, and as the objects of the compile pile up, each full collection walked all of them
-  (UNet's training step: 22 full collections, 7 s of a 40 s first call; BERT's: 1.4 s of 7.6 s with the old heap
-  frozen alone). Peak memory stays the same (measured: UNet, DeiT-tiny, EfficientNet-B0 training). Left alone where
-  something else has frozen objects or turned collections off, or nested."""
+  objects. The compiler builds millions of small UOps, tuples and dicts, most freed by reference counting; with
+  collections on, every few hundred allocations set one off, and as the objects of the compile pile up, each full
+  collection walked all of them (UNet's training step: 22 full collections, 7 s of a 40 s first call; BERT's: 1.4 s
+  of 7.6 s with the old heap frozen alone). Peak memory stays the same (measured: UNet, DeiT-tiny, EfficientNet-B0
+  training). Left alone where something else has frozen objects or turned collections off, or nested."""
   if gc.get_freeze_count() or not gc.isenabled():
     yield
     return

@@ -484,18 +484,19 @@ def is_affine_index(u: UOp) -> bool:
   return u.op is Ops.RANGE or (u.dtype == IDX and (u.op is Ops.ADD or (u.op is Ops.MUL and any(x.op is Ops.CONST for x in u.src))))
 
 
-def affine_terms(u: UOp, memo: dict) -> dict:
-  """u's coefficient per loop (RANGE -> int) where u is a sum of loops times constants plus terms free of them; any
-  other node is such a free term (a load, a division: whoever checks index math checks its operands there)."""
+def affine_terms(u: UOp, memo: dict, free=None) -> dict:
+  """u's coefficient per loop (RANGE -> int) where u is a sum of loops times constants plus free terms: a node that is
+  not such index math (a load, a division) adds `free(node)`, by default nothing (whoever checks index math checks
+  its operands there); a coefficient `free` gives as None stays None through sums and products."""
   if u in memo: return memo[u]
   if u.op is Ops.RANGE: t = {u: 1}
-  elif u.op is Ops.ADD and u.dtype == IDX:
-    t = dict(affine_terms(u.src[0], memo))
-    for r, c in affine_terms(u.src[1], memo).items(): t[r] = t.get(r, 0) + c
+  elif is_affine_index(u) and u.op is Ops.ADD:
+    a, b = affine_terms(u.src[0], memo, free), affine_terms(u.src[1], memo, free)
+    t = {r: None if a.get(r, 0) is None or b.get(r, 0) is None else a.get(r, 0) + b.get(r, 0) for r in a.keys() | b.keys()}
   elif is_affine_index(u):  # a product with a constant
     k, x = (u.src[0], u.src[1]) if u.src[0].op is Ops.CONST else (u.src[1], u.src[0])
-    t = {r: c * k.arg for r, c in affine_terms(x, memo).items()}
-  else: t = {}
+    t = {r: None if c is None else c * k.arg for r, c in affine_terms(x, memo, free).items()}
+  else: t = {} if free is None else free(u)
   memo[u] = t
   return t
 

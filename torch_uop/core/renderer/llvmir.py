@@ -13,7 +13,7 @@ import math
 import struct
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE
 from torch_uop.core.dtypes import DType, dtypes
-from torch_uop.core.codegen import reduce_identity, is_affine_index
+from torch_uop.core.codegen import reduce_identity, affine_terms
 from torch_uop.core.renderer.transpose import find_transpose_tiles, butterfly_masks
 
 LLVM_TYPE = {
@@ -355,18 +355,7 @@ def _loop_ids(program: list, scalar_loops: set, forced: set) -> dict:
 def _steps(u: UOp, memo: dict) -> dict:
   """How far an index moves per iteration of each loop it depends on; None where it does not move by a constant
   (a loop read through a division, a minimum, a loaded value)."""
-  if u in memo: return memo[u]
-  if u.op is Ops.RANGE: steps = {u: 1}
-  elif not u.src: steps = {}
-  elif is_affine_index(u) and u.op is Ops.ADD:
-    a, b = _steps(u.src[0], memo), _steps(u.src[1], memo)
-    steps = {r: None if a.get(r, 0) is None or b.get(r, 0) is None else a.get(r, 0) + b.get(r, 0) for r in a.keys() | b.keys()}
-  elif is_affine_index(u):
-    k, x = (u.src[0], u.src[1]) if u.src[0].op is Ops.CONST else (u.src[1], u.src[0])
-    steps = {r: None if c is None else c * k.arg for r, c in _steps(x, memo).items()}
-  else: steps = {r: None for s in u.src for r in _steps(s, memo)}
-  memo[u] = steps
-  return steps
+  return affine_terms(u, memo, free=lambda v: {r: None for s in v.src for r in _steps(s, memo)})
 
 
 FORCED_SIMD_MIN_FLOAT_OPS = 16  # an elementwise kernel with this much float math per element vectorizes whatever it reads
