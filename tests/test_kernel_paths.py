@@ -19,7 +19,7 @@ def _compile_checked(fn, args, rtol=1e-5, atol=1e-5) -> list:
   torch._dynamo.reset()
   with torch_uop.debug.capture() as graphs:
     got = torch.compile(fn, backend="uop", options=FRESH)(*args)
-  torch.testing.assert_close(got, fn(*args), rtol=rtol, atol=atol)
+  torch.testing.assert_close(got, fn(*args), rtol=rtol, atol=atol, equal_nan=True)
   return graphs
 
 # (batch, channels, height, out channels, kernel, stride, padding, dilation, groups)
@@ -747,8 +747,10 @@ LANE_TILES = [
 @pytest.mark.parametrize("name,fn,shapes", LANE_TILES, ids=[c[0] for c in LANE_TILES])
 def test_a_tile_built_by_lanes_is_the_tile_built_position_by_position(monkeypatch, name, fn, shapes):
   """A register tile's expression is built once at stand-in lanes and instantiated per position (codegen._lane_tile):
-  the kernels are exactly those built position by position, and the results equal eager's."""
+  the kernels are exactly those built position by position, and the results equal eager's. (With one scalar per
+  position: a SIMD tile's vector form needs the lanes, test_simd_tiles_are_vectors.)"""
   from torch_uop.core import codegen
+  monkeypatch.setattr(codegen, "VECTOR_TILES", False)
   torch.manual_seed(0)
   args = [torch.randn(s) for s in shapes]
 
@@ -761,6 +763,49 @@ def test_a_tile_built_by_lanes_is_the_tile_built_position_by_position(monkeypatc
   assert any(t is not None for t in used)  # the lanes were taken
   monkeypatch.setattr(codegen, "_lane_tile", lambda *a: None)
   assert by_lanes == programs()
+
+
+def _nan_at(shape, where):
+  x = torch.randn(shape)
+  x[where] = float("nan")
+  return x
+
+
+# (name, function, inputs): kernels whose register tile has a SIMD axis (a reduction with contiguous outputs)
+SIMD_TILES = [
+  ("x @ w plus a bias", lambda x, w, b: x @ w + b, lambda: [torch.randn(40, 72), torch.randn(72, 96), torch.randn(96)]),
+  ("a batched matmul", torch.bmm, lambda: [torch.randn(3, 20, 48), torch.randn(3, 48, 64)]),
+  ("a column sum", lambda x: x.sum(0), lambda: [torch.randn(300, 64)]),
+  ("a column max with NaN", lambda x: x.amax(0), lambda: [_nan_at((300, 64), (5, 3))]),
+  ("a column min of integers", lambda x: x.amin(0), lambda: [torch.randint(-50, 50, (300, 64))]),
+  ("a column any", lambda x: x.any(0), lambda: [torch.randn(300, 64) > 2]),
+  ("float64 x @ w through sin", lambda x, w: torch.sin(x @ w), lambda: [torch.randn(24, 40, dtype=torch.float64),
+                                                                      torch.randn(40, 64, dtype=torch.float64)]),
+  ("a comparison of a product", lambda x, w: (x @ w) > 0, lambda: [torch.randn(40, 72), torch.randn(72, 96)]),
+  ("a 3x3 convolution", lambda x, w: F.conv2d(x, w, padding=1), lambda: [torch.randn(2, 16, 10, 10), torch.randn(32, 16, 3, 3)]),
+]
+
+
+@pytest.mark.parametrize("name,fn,make", SIMD_TILES, ids=[c[0] for c in SIMD_TILES])
+def test_simd_tiles_are_vectors(monkeypatch, name, fn, make):
+  """A register tile with a SIMD axis is built as vectors along it (codegen.vector_lane): one node per vector instead
+  of one per position, rendered as LLVM vector loads, stores and arithmetic, with results equal to eager's and to
+  the tile built one scalar per position."""
+  from torch_uop.core import codegen
+  torch.manual_seed(0)
+  args = make()
+  lanes = cpu.vector_unit().lanes
+  results, sizes, sources = {}, {}, {}
+  for vector in (True, False):
+    monkeypatch.setattr(codegen, "VECTOR_TILES", vector)
+    graphs = _compile_checked(fn, args, rtol=1e-4, atol=1e-4)
+    results[vector] = graphs[-1](*args)
+    sizes[vector] = sum(len(k.program) for k in graphs[-1].kernels)
+    sources[vector] = "".join(graphs[-1].sources.values() if isinstance(graphs[-1].sources, dict) else graphs[-1].sources)
+  torch.testing.assert_close(results[True], results[False], rtol=1e-6, atol=1e-6, equal_nan=True)
+  assert f"load <{lanes} x " in sources[True] and f"store <{lanes} x " in sources[True]
+  assert f"load <{lanes} x " not in sources[False]
+  assert sizes[True] * 3 < sizes[False]
 
 
 # (name, function, input shapes, the trips of the kernel's loops as they nest, merged: whether any loop was merged)

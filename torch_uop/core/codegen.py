@@ -272,9 +272,12 @@ def _clamped(opts: KernelOpts, shape: tuple, axis: int) -> bool:
   return isinstance(shape[axis], Sym) and opts.factor(axis) > 1 and axis != opts.vector_axis
 
 
-def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_bytes: int = 0) -> tuple[UOp, _Evaluator]:
-  """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position. `staging`: how
-  staged copies are read, within `stage_bytes` (_Evaluator)."""
+def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_bytes: int = 0,
+                simd_lanes: int = 0) -> tuple[UOp, _Evaluator]:
+  """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position, or with
+  `simd_lanes`, per `simd_lanes` positions along the SIMD axis (opts.vector_axis) where the tile is built once at
+  stand-in lanes and every access moves one element per lane: those positions are one vector (vector_lane).
+  `staging`: how staged copies are read, within `stage_bytes` (_Evaluator)."""
   ev = _Evaluator(item, opts, staging, stage_bytes)
   root = item.root
   out_shape = root.shape
@@ -299,14 +302,89 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
       tile, ev = None, _Evaluator(item, opts, staging, stage_bytes)
       ev.buf(item.out_slot, root.dtype)
     ev.at_lanes = False
+  # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same
+  # value is then stored once per aliasing index)
+  out_strides = item.buffers[item.out_slot].strides
+  va = opts.vector_axis
+  if tile is not None and simd_lanes and va in lanes and opts.factor(va) % simd_lanes == 0:
+    # SIMD across the tile's vector axis: one position per `simd_lanes` of it, its lanes a VECTOR lane
+    lane = vector_lane(simd_lanes)
+    steps = [range(0, len(a), simd_lanes) if d == va else range(len(a)) for d, a in enumerate(axis_idxs)]
+    for pos in itertools.product(*steps):
+      offsets = {lanes[d]: _c(pos[d]) for d in lanes}
+      offsets[lanes[va]] = _c(pos[va]) + lane
+      idxs = [a[p] for a, p in zip(axis_idxs, pos)]
+      idxs[va] = idxs[va] + lane
+      value = _at_position(at_lanes, offsets, ev.lane_reach, {})
+      stores.append(UOp(Ops.STORE, dtypes.void, (out_buf, _strided(idxs, out_strides), value)))
+    sink = simplify(UOp(Ops.SINK, dtypes.void, tuple(stores)))
+    if _contiguous_lanes(sink, lane): return sink, ev
+    stores = []
   for pos, idxs in zip(itertools.product(*[range(len(a)) for a in axis_idxs]), itertools.product(*axis_idxs)):
     if tile is None: value = ev.eval(root, idxs, true)
     else: value = simplify(_at_position(at_lanes, {lane: _c(pos[d]) for d, lane in lanes.items()}, ev.lane_reach, {}))
-    # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same
-    # value is then stored once per aliasing index)
-    flat = _strided(idxs, item.buffers[item.out_slot].strides)
-    stores.append(UOp(Ops.STORE, dtypes.void, (out_buf, flat, value)))
+    stores.append(UOp(Ops.STORE, dtypes.void, (out_buf, _strided(idxs, out_strides), value)))
   return simplify(UOp(Ops.SINK, dtypes.void, tuple(stores))), ev
+
+
+# register tiles with a SIMD axis are built as vectors along it (False: one scalar per position, for LLVM's SLP pass to
+# pack: the same machine code from about 16 times the IR, which LLVM took 0.25-1 s per module to optimize)
+VECTOR_TILES = True
+VECTOR_LANE_ID = 4000  # the axis id of a kernel's SIMD lane (vector_lane)
+
+
+def vector_lane(width: int) -> UOp:
+  """The stand-in for a SIMD lane: a RANGE of kind "vector" over `width` lanes that no loop runs. Every node it
+  reaches is a vector of `width` values (one per lane) to the renderer; a load or store it reaches reads or writes
+  `width` consecutive elements (_vector_accesses gives their index as base + lane)."""
+  return UOp(Ops.RANGE, IDX, (_c(width),), (VECTOR_LANE_ID, "vector"))
+
+
+def is_vector_lane(u: UOp) -> bool: return u.op is Ops.RANGE and u.arg[1] == "vector"
+
+
+def vector_widths(nodes: list) -> dict:
+  """{node: SIMD width} for the nodes (a kernel's program, and all below them) that a vector lane reaches."""
+  width: dict = {}
+  for u in toposort(nodes):
+    if is_vector_lane(u): width[u] = u.src[0].arg
+    else:
+      w = next((width[s] for s in u.src if s in width), 0)
+      if w: width[u] = w
+  return width
+
+
+def _contiguous_lanes(sink: UOp, lane: UOp) -> bool:
+  """Whether a kernel built with a vector lane can run as vectors: every load and store the lane reaches moves one
+  element per lane (no gather, no scatter) and no load's mask moves with it."""
+  reach: dict = {}
+  memo: dict = {}
+  def reaches(u: UOp) -> bool:
+    if u not in reach: reach[u] = u is lane or any([reaches(s) for s in u.src])
+    return reach[u]
+  for n in sink.toposort():
+    if n.op not in (Ops.LOAD, Ops.STORE): continue
+    if n.op is Ops.LOAD and len(n.src) == 3 and reaches(n.src[2]): return False
+    if n.op is Ops.STORE and reaches(n.src[2]) and not reaches(n.src[1]): return False
+    if reaches(n.src[1]) and affine_terms(n.src[1], memo, free=lambda v: {lane: None} if reaches(v) else {}).get(lane) != 1:
+      return False
+  return True
+
+
+def _vector_accesses(ast: UOp) -> UOp:
+  """Each load and store a vector lane reaches, indexed as ADD(the index at lane 0, lane): the renderer reads the
+  first element's address from it (_contiguous_lanes checked that the lanes are consecutive)."""
+  nodes = ast.toposort()
+  lane = next((n for n in nodes if is_vector_lane(n)), None)
+  if lane is None: return ast
+  width = vector_widths(nodes)
+  new: dict = {}
+  for n in nodes:
+    src = tuple(new.get(s, s) for s in n.src)
+    if n.op in (Ops.LOAD, Ops.STORE) and n.src[1] in width:
+      src = (src[0], UOp(Ops.ADD, IDX, (simplify(substitute(src[1], {lane: _c(0)})), lane)), *src[2:])
+    if src != n.src: new[n] = n.replace(src=src)
+  return new.get(ast, ast)
 
 
 LANE_AXIS_BASE = 3000  # axis ids of the stand-ins for tile positions (_lane_tile)
@@ -459,7 +537,9 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
     opts = heuristic_opts(item.root.shape, plain, vectors) if cpu else gpu_opts(item.root.shape, plain, max_group, parallelism)
     # without upcasts (or staged copies) the kernel is the plain AST with its split loop relabeled: no second build
     if not opts.upcast and opts.vector_axis is None and not plain_ev.stages: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
-  if ast is None: ast, ev = _kernel_ast(item, opts, "copy" if cpu else "off", stage_bytes)
+  if ast is None:
+    simd_lanes = vectors.lanes if cpu and vectors is not None and VECTOR_TILES else 0
+    ast, ev = _kernel_ast(item, opts, "copy" if cpu else "off", stage_bytes, simd_lanes)
   if item.row_reduces: ast = _cache_row_values(ast)
   elif cpu and not opts.loop_order: ast = _merge_loops(ast)
   # polynomial exp/erf vectorize on the CPU; a GPU-style device has its own math functions (and rounds to bf16 itself)
@@ -475,7 +555,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
   split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "split"), None)
   split_size = 0 if split is None else split.src[0].arg if split.src[0].op is Ops.CONST else Sym(split.src[0])
-  program = linearize(ast, opts.loop_order)
+  program = linearize(_vector_accesses(ast) if cpu else ast, opts.loop_order)
   return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], program, opts, split_size, _group_size(program, opts))
 
 
@@ -586,7 +666,8 @@ def _divided_variables(ast: UOp, item: KernelItem, opts: KernelOpts) -> UOp:
 def _ranges_of(u: UOp, cache: dict) -> frozenset:
   """The loop ranges u depends on (a REDUCE hides the ranges it reduces over)."""
   if u in cache: return cache[u]
-  if u.op is Ops.RANGE: r = frozenset([u]) | _ranges_of(u.src[0], cache)  # an LT.loop's trip count is data
+  if is_vector_lane(u): r = frozenset()  # (no loop runs it)
+  elif u.op is Ops.RANGE: r = frozenset([u]) | _ranges_of(u.src[0], cache)  # an LT.loop's trip count is data
   elif u.op is Ops.REDUCE: r = _ranges_of(u.src[0], cache) - frozenset(u.src[1:])
   elif u.op is Ops.AFTER:  # (what it waits for is done once its loops end)
     r = frozenset(x for s in u.src[1:] for x in _ranges_of(s, cache) if x.arg[1] != "stage")
@@ -697,7 +778,7 @@ def _stage_blocks(nodes: list, rcache: dict, outer_ranges: list, skip: set) -> t
 def _output_ranges(nodes: list, reduce_ranges: set, loop_order: tuple = ()) -> list:
   """The kernel's output loops in `loop_order` (else axis order), the thread-split loop outermost."""
   place = {a: k for k, a in enumerate(loop_order)}
-  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] not in ("loop", "stage")} - reduce_ranges,
+  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] not in ("loop", "stage", "vector")} - reduce_ranges,
                 key=lambda r: (r.arg[1] != "split", place.get(r.arg[0], r.arg[0])))
 
 

@@ -33,7 +33,7 @@ from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo
 from torch_uop.core.shapetracker import ShapeTracker, contiguous_strides
 from torch_uop.core.symbolic import simplify, base_and_offset
-from torch_uop.core.codegen import build_kernel, canonical_item, with_slots
+from torch_uop.core.codegen import build_kernel, canonical_item, with_slots, vector_widths
 from torch_uop.core.search import beam_search
 from torch_uop.core.renderer.llvmir import render_kernel
 from torch_uop.core.renderer.cstyle import launch_items
@@ -805,14 +805,15 @@ def _cpu_module(k, sym: str, source: str, work) -> tuple:
 
 
 def _kernel_work(k):
-  """Scalar operations one call of a kernel does, roughly: its loop trip counts times its body size (a Sym when
-  some trip count is a symbolic size)."""
+  """Scalar operations one call of a kernel does, roughly: its loop trip counts times its body size, a vector node
+  counted once per lane (a Sym when some trip count is a symbolic size)."""
+  widths = vector_widths(k.program)
   trips = 1
   for u in k.program:
     if u.op is Ops.RANGE and u.arg[1] == "stage": continue  # (a copy beside the loop nest, not inside it)
     if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: trips *= u.src[0].arg
     elif u.op is Ops.RANGE and u.arg[1] != "loop": trips = trips * Sym(u.src[0])
-  return trips * max(1, len(k.program))
+  return trips * max(1, sum(widths.get(u, 1) for u in k.program))
 
 
 def _concrete_fields(obj, values: dict):

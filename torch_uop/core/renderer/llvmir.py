@@ -13,7 +13,7 @@ import math
 import struct
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE
 from torch_uop.core.dtypes import DType, dtypes
-from torch_uop.core.codegen import reduce_identity, affine_terms
+from torch_uop.core.codegen import reduce_identity, affine_terms, vector_widths, is_vector_lane
 from torch_uop.core.renderer.transpose import find_transpose_tiles, butterfly_masks
 
 LLVM_TYPE = {
@@ -55,8 +55,19 @@ def render_const(v, dt: DType) -> str:
   return _fconst(float(v), dt)
 
 
-def _binary(op: Ops, dt: DType, a: str, b: str) -> str:
-  t = LLVM_TYPE[dt]
+def _vtype(dt: DType, w: int = 0) -> str:
+  """The LLVM type of a dtype's value, or of a vector of w of them."""
+  return f"<{w} x {LLVM_TYPE[dt]}>" if w else LLVM_TYPE[dt]
+
+
+def _suffix(dt: DType, w: int = 0) -> str:
+  """An overloaded intrinsic's type suffix (f32, i64; v16f32 for a vector)."""
+  base = _FSUFFIX[dt] if dt.is_float else LLVM_TYPE[dt]
+  return f"v{w}{base}" if w else base
+
+
+def _binary(op: Ops, dt: DType, a: str, b: str, w: int = 0) -> str:
+  t = _vtype(dt, w)
   if dt.is_float:
     # contract: a multiply feeding an add may become one fused multiply-add (one rounding, as BLAS does)
     ins = {Ops.ADD: "fadd contract", Ops.SUB: "fsub contract", Ops.MUL: "fmul contract", Ops.FDIV: "fdiv",
@@ -65,7 +76,7 @@ def _binary(op: Ops, dt: DType, a: str, b: str) -> str:
     cmp = {Ops.CMPLT: "olt", Ops.CMPLE: "ole", Ops.CMPEQ: "oeq", Ops.CMPNE: "une"}.get(op)
     if cmp: return f"fcmp {cmp} {t} {a}, {b}"
     if op in (Ops.MAX, Ops.MIN):
-      return f"call {t} @llvm.{'maximum' if op is Ops.MAX else 'minimum'}.{_FSUFFIX[dt]}({t} {a}, {t} {b})"
+      return f"call {t} @llvm.{'maximum' if op is Ops.MAX else 'minimum'}.{_suffix(dt, w)}({t} {a}, {t} {b})"
   else:
     u = dt.is_unsigned or dt.is_bool
     ins = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.IDIV: "udiv" if u else "sdiv",
@@ -78,15 +89,16 @@ def _binary(op: Ops, dt: DType, a: str, b: str) -> str:
     if cmp: return f"icmp {cmp} {t} {a}, {b}"
     if op in (Ops.MAX, Ops.MIN):
       name = ("u" if u else "s") + ("max" if op is Ops.MAX else "min")
-      return f"call {t} @llvm.{name}.{t}({t} {a}, {t} {b})"
+      return f"call {t} @llvm.{name}.{_suffix(dt, w)}({t} {a}, {t} {b})"
   raise NotImplementedError(f"LLVM renderer: {op} on {dt}")
 
 
-def _cast(src: DType, dst: DType, x: str) -> str:
-  ts, td = LLVM_TYPE[src], LLVM_TYPE[dst]
+def _cast(src: DType, dst: DType, x: str, w: int = 0) -> str:
+  ts, td = _vtype(src, w), _vtype(dst, w)
   if src == dst: return f"bitcast {ts} {x} to {td}" if ts == td else None
   if dst.is_bool:
-    return f"fcmp une {ts} {x}, {_fconst(0.0, src)}" if src.is_float else f"icmp ne {ts} {x}, 0"
+    zero = "zeroinitializer" if w else _fconst(0.0, src) if src.is_float else "0"
+    return f"fcmp une {ts} {x}, {zero}" if src.is_float else f"icmp ne {ts} {x}, {zero}"
   if src.is_float and dst.is_float:
     return f"{'fpext' if src.itemsize < dst.itemsize or (src, dst) == (dtypes.bfloat16, dtypes.float16) else 'fptrunc'} {ts} {x} to {td}"
   if src.is_float: return f"{'fptoui' if dst.is_unsigned else 'fptosi'} {ts} {x} to {td}"
@@ -104,17 +116,37 @@ class _Function:
     self.declares: set[str] = set()
     self.names: dict[UOp, str] = {}
     self.counter = 0
+    self.width: dict[UOp, int] = {}  # node -> lanes, for the vectors of a SIMD tile (codegen.vector_widths)
+    self.splats: dict = {}  # (scalar name, lanes) -> its vector, in the current block
 
   def tmp(self) -> str:
     self.counter += 1
     return f"%t{self.counter}"
 
   def emit(self, line: str): self.lines.append("  " + line)
-  def label(self, name: str): self.lines.append(f"{name}:")
+  def label(self, name: str):
+    self.lines.append(f"{name}:")
+    self.splats.clear()  # (a block's values may not reach the next)
 
   def value(self, u: UOp) -> str:
     if u.op is Ops.CONST: return render_const(u.arg, u.dtype)
+    if is_vector_lane(u): return "<" + ", ".join(f"i64 {i}" for i in range(u.src[0].arg)) + ">"
     return self.names[u]
+
+  def operand(self, u: UOp, w: int) -> str:
+    """u's value where a vector of w lanes is wanted (w 0: a scalar): a scalar is broadcast to every lane."""
+    if not w or u in self.width: return self.value(u)
+    t = LLVM_TYPE[u.dtype]
+    if u.op is Ops.CONST: return "<" + ", ".join([f"{t} {render_const(u.arg, u.dtype)}"] * w) + ">"
+    key = (self.names[u], w)
+    if key not in self.splats:
+      one, out = self.tmp(), self.tmp()
+      self.emit(f"{one} = insertelement <{w} x {t}> poison, {t} {self.names[u]}, i32 0")
+      self.emit(f"{out} = shufflevector <{w} x {t}> {one}, <{w} x {t}> poison, <{w} x i32> zeroinitializer")
+      self.splats[key] = out
+    return self.splats[key]
+
+  def ty(self, u: UOp) -> str: return _vtype(u.dtype, self.width.get(u, 0))
 
   def declare(self, sig: str): self.declares.add(sig)
 
@@ -139,7 +171,12 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
                   (u.arg[1] in ("reduce_serial", "loop") or serial or (innermost_simd and u not in innermost))}
   forced = _forced_simd_loops(program, scalar_loops)
   loop_ids = _loop_ids(program, scalar_loops, forced)
-  tile_loads = find_transpose_tiles(program)
+  f.width = vector_widths(program)
+  # a vector load's or store's index, ADD(its first element's index, the lane), is read for its first operand only
+  operands = {s for u in program for i, s in enumerate(u.src) if i != 1 or u.op not in (Ops.LOAD, Ops.STORE)}
+  addresses = {u.src[1] for u in program if u.op in (Ops.LOAD, Ops.STORE) and u.src[1] in f.width} - operands
+  # (transposing copies are scalar: a staged slab's copy beside the vector tile)
+  tile_loads = find_transpose_tiles([u for u in program if u not in f.width] if f.width else program)
   columns: dict = {}  # TransposeTile -> its transposed vectors' names
   vector_store_at: dict = {}  # the last store of a run stored as one vector -> (tile, column, the run)
   position = {u: i for i, u in enumerate(program)} if tile_loads else {}
@@ -148,7 +185,8 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
   vector_stored = {s for _, _, run in vector_store_at.values() for s in run}
   for u in program:
     op = u.op
-    if u in f.names and op in ELEMENTWISE: continue  # an index a transpose tile computed early
+    w = f.width.get(u, 0)
+    if u in addresses or (u in f.names and op in ELEMENTWISE): continue  # (an index a transpose tile computed early)
     if op is Ops.LOAD and u in tile_loads:
       at = tile_loads[u]
       if at.tile not in columns: columns[at.tile] = _render_transpose(f, at.tile)
@@ -187,15 +225,15 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
       f.label(f"{lid}.exit")
     elif op is Ops.DEFINE_ACC:
       owner = u.src[0]  # a REDUCE, or the LOOP_VAR of a loop's state (src[1]: its initial value)
-      t = LLVM_TYPE[u.dtype]
+      t = f.ty(u)
       a = f"%acc{len(accs)}"
       accs[owner] = a
       f.allocas.append(f"{a} = alloca {t}")
-      init = f.value(u.src[1]) if owner.op is Ops.LOOP_VAR else render_const(reduce_identity(owner.arg, u.dtype), u.dtype)
+      init = f.value(u.src[1]) if owner.op is Ops.LOOP_VAR else f.operand(UOp.const(u.dtype, reduce_identity(owner.arg, u.dtype)), w)
       f.emit(f"store {t} {init}, ptr {a}")
       if _nan_tracked(owner):
-        f.allocas.append(f"{a}.nan = alloca i1")
-        f.emit(f"store i1 false, ptr {a}.nan")
+        f.allocas.append(f"{a}.nan = alloca {_vtype(dtypes.bool, w)}")
+        f.emit(f"store {_vtype(dtypes.bool, w)} {'zeroinitializer' if w else 'false'}, ptr {a}.nan")
     elif op is Ops.ASSIGN and u.arg is None:  # loop state update
       f.emit(f"store {LLVM_TYPE[u.dtype]} {f.value(u.src[1])}, ptr {accs[u.src[0].src[0]]}")
     elif op in (Ops.LOOP_VAR, Ops.LOOP):  # the state at the top of an iteration / after the loop
@@ -211,8 +249,8 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
       # a float max/min: maxnum/minnum (LLVM vectorizes those reductions; maximum it does not) and an OR of
       # "this value is NaN", which the result reads: NaN propagates as in eager
       acc_def, val = u.src
-      a, t, v = accs[acc_def.src[0]], LLVM_TYPE[u.dtype], f.value(val)
-      fn = f"llvm.{'maxnum' if u.arg is Ops.MAX else 'minnum'}.{_FSUFFIX[u.dtype]}"
+      a, t, v, bt = accs[acc_def.src[0]], f.ty(u), f.operand(val, w), _vtype(dtypes.bool, w)
+      fn = f"llvm.{'maxnum' if u.arg is Ops.MAX else 'minnum'}.{_suffix(u.dtype, w)}"
       f.declare(f"declare {t} @{fn}({t}, {t})")
       old, new, isnan, seen, seen2 = f.tmp(), f.tmp(), f.tmp(), f.tmp(), f.tmp()
       f.emit(f"{old} = load {t}, ptr {a}")
@@ -221,45 +259,46 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
       f.emit(f"{new} = call nnan nsz {t} @{fn}({t} {old}, {t} {v})")
       f.emit(f"store {t} {new}, ptr {a}")
       f.emit(f"{isnan} = fcmp uno {t} {v}, {v}")
-      f.emit(f"{seen} = load i1, ptr {a}.nan")
-      f.emit(f"{seen2} = or i1 {seen}, {isnan}")
-      f.emit(f"store i1 {seen2}, ptr {a}.nan")
+      f.emit(f"{seen} = load {bt}, ptr {a}.nan")
+      f.emit(f"{seen2} = or {bt} {seen}, {isnan}")
+      f.emit(f"store {bt} {seen2}, ptr {a}.nan")
     elif op is Ops.ASSIGN:
       acc_def, val = u.src
       a = accs[acc_def.src[0]]
-      t = LLVM_TYPE[u.dtype]
+      t = f.ty(u)
       old, new = f.tmp(), f.tmp()
       f.emit(f"{old} = load {t}, ptr {a}")
-      update = _binary(u.arg, u.dtype, old, f.value(val))
+      update = _binary(u.arg, u.dtype, old, f.operand(val, w), w)
       if u.dtype.is_float and u.arg in (Ops.ADD, Ops.MUL):
         # let LLVM reorder the accumulation so the reduce loop vectorizes (as eager's and Inductor's do)
         update = update.replace("fadd contract", "fadd reassoc nsz contract", 1).replace("fmul contract", "fmul reassoc nsz contract", 1)
       f.emit(f"{new} = {update}")
       f.emit(f"store {t} {new}, ptr {a}")
-      _maybe_declare_minmax(f, u.arg, u.dtype)
+      _maybe_declare_minmax(f, u.arg, u.dtype, w)
     elif op is Ops.REDUCE:
       r = f.tmp()
-      t = LLVM_TYPE[u.dtype]
+      t = f.ty(u)
       f.emit(f"{r} = load {t}, ptr {accs[u]}")
       if _nan_tracked(u):
-        seen, out = f.tmp(), f.tmp()
-        f.emit(f"{seen} = load i1, ptr {accs[u]}.nan")
-        f.emit(f"{out} = select i1 {seen}, {t} {_fconst(math.nan, u.dtype)}, {t} {r}")
+        seen, out, bt = f.tmp(), f.tmp(), _vtype(dtypes.bool, w)
+        f.emit(f"{seen} = load {bt}, ptr {accs[u]}.nan")
+        f.emit(f"{out} = select {bt} {seen}, {t} {f.operand(UOp.const(u.dtype, math.nan), w)}, {t} {r}")
         r = out
       f.names[u] = r
     elif op is Ops.LOAD:
-      buf, idx = f.value(u.src[0]), f.value(u.src[1])
+      buf, idx = f.value(u.src[0]), _first_index(f, u, w)
       if len(u.src) == 3:
         safe = f.tmp()
         f.emit(f"{safe} = select i1 {f.value(u.src[2])}, i64 {idx}, i64 0")
         idx = safe
       ptr, val = f.tmp(), f.tmp()
       mem_t = "i8" if u.dtype.is_bool else LLVM_TYPE[u.dtype]
+      vt = f"<{w} x {mem_t}>" if w else mem_t
       f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {buf}, i64 {idx}")
-      f.emit(f"{val} = load {mem_t}, ptr {ptr}")
+      f.emit(f"{val} = load {vt}, ptr {ptr}" + (f", align {max(1, u.dtype.itemsize)}" if w else ""))
       if u.dtype.is_bool:
         b = f.tmp()
-        f.emit(f"{b} = icmp ne i8 {val}, 0")
+        f.emit(f"{b} = icmp ne {vt} {val}, {'zeroinitializer' if w else 0}")
         val = b
       f.names[u] = val
     elif op is Ops.STORE and u in vector_stored:
@@ -270,16 +309,16 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
         f.emit(f"{ptr} = getelementptr inbounds {t}, ptr {f.value(run[0].src[0])}, i64 {f.value(run[0].src[1])}")
         f.emit(f"store <{tile.lanes} x {t}> {columns[tile][j]}, ptr {ptr}, align {u.src[2].dtype.itemsize}")
     elif op is Ops.STORE:
-      buf, idx, val = u.src
-      v = f.value(val)
+      buf, _, val = u.src
+      v = f.operand(val, w)
       mem_t = LLVM_TYPE[val.dtype]
       if val.dtype.is_bool:
         z = f.tmp()
-        f.emit(f"{z} = zext i1 {v} to i8")
+        f.emit(f"{z} = zext {_vtype(dtypes.bool, w)} {v} to {f'<{w} x i8>' if w else 'i8'}")
         v, mem_t = z, "i8"
       ptr = f.tmp()
-      f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {f.value(buf)}, i64 {f.value(idx)}")
-      f.emit(f"store {mem_t} {v}, ptr {ptr}")
+      f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {f.value(buf)}, i64 {_first_index(f, u, w)}")
+      f.emit(f"store {f'<{w} x {mem_t}>' if w else mem_t} {v}, ptr {ptr}" + (f", align {max(1, val.dtype.itemsize)}" if w else ""))
     else:
       f.names[u] = _render_alu(f, u)
   body = "\n".join(f.lines)
@@ -383,46 +422,73 @@ def _nan_tracked(owner: UOp) -> bool:
   return owner.op is Ops.REDUCE and owner.arg in (Ops.MAX, Ops.MIN) and owner.dtype.is_float
 
 
-def _maybe_declare_minmax(f: _Function, op: Ops, dt: DType):
+def _first_index(f: _Function, access: UOp, w: int) -> str:
+  """The element index a load or store starts at: for a vector access (w lanes), its index's first operand
+  (codegen._vector_accesses gives it as ADD(that, the lane))."""
+  idx = access.src[1]
+  if not w: return f.value(idx)
+  assert idx.op is Ops.ADD and is_vector_lane(idx.src[1]), "a vector access is indexed as base + lane"
+  return f.value(idx.src[0])
+
+
+def _maybe_declare_minmax(f: _Function, op: Ops, dt: DType, w: int = 0):
   if op not in (Ops.MAX, Ops.MIN) or dt.is_bool: return
-  t = LLVM_TYPE[dt]
-  if dt.is_float: name = f"llvm.{'maximum' if op is Ops.MAX else 'minimum'}.{_FSUFFIX[dt]}"
-  else: name = f"llvm.{'u' if dt.is_unsigned else 's'}{'max' if op is Ops.MAX else 'min'}.{t}"
+  t = _vtype(dt, w)
+  if dt.is_float: name = f"llvm.{'maximum' if op is Ops.MAX else 'minimum'}.{_suffix(dt, w)}"
+  else: name = f"llvm.{'u' if dt.is_unsigned else 's'}{'max' if op is Ops.MAX else 'min'}.{_suffix(dt, w)}"
   f.declare(f"declare {t} @{name}({t}, {t})")
 
 
 def _render_alu(f: _Function, u: UOp) -> str:
+  """An elementwise node; a vector one (f.width) on vectors, its scalar operands broadcast."""
   out = f.tmp()
-  op, dt = u.op, u.dtype
-  vals = [f.value(s) for s in u.src]
+  op, dt, w = u.op, u.dtype, f.width.get(u, 0)
+  t = _vtype(dt, w)
+  vals = [f.operand(s, w) for s in u.src]
   if op is Ops.WHERE:
-    t = LLVM_TYPE[dt]
-    f.emit(f"{out} = select i1 {vals[0]}, {t} {vals[1]}, {t} {vals[2]}")
+    cond = u.src[0]  # (a scalar condition selects whole vectors)
+    f.emit(f"{out} = select {f.ty(cond)} {f.value(cond)}, {t} {vals[1]}, {t} {vals[2]}")
   elif op is Ops.CAST:
-    line = _cast(u.src[0].dtype, dt, vals[0])
+    line = _cast(u.src[0].dtype, dt, vals[0], w)
     if line is None: return vals[0]
     f.emit(f"{out} = {line}")
   elif op is Ops.BITCAST:
-    f.emit(f"{out} = bitcast {LLVM_TYPE[u.src[0].dtype]} {vals[0]} to {LLVM_TYPE[dt]}")
+    f.emit(f"{out} = bitcast {_vtype(u.src[0].dtype, w)} {vals[0]} to {t}")
   elif op is Ops.NEG:
-    t = LLVM_TYPE[dt]
-    f.emit(f"{out} = fneg {t} {vals[0]}" if dt.is_float else f"{out} = sub {t} 0, {vals[0]}")
+    f.emit(f"{out} = fneg {t} {vals[0]}" if dt.is_float else f"{out} = sub {t} {'zeroinitializer' if w else 0}, {vals[0]}")
   elif op is Ops.RECIP:
-    f.emit(f"{out} = fdiv {LLVM_TYPE[dt]} {_fconst(1.0, dt)}, {vals[0]}")
+    f.emit(f"{out} = fdiv {t} {f.operand(UOp.const(dt, 1.0), w)}, {vals[0]}")
   elif op is Ops.NOT:
-    f.emit(f"{out} = xor {LLVM_TYPE[dt]} {vals[0]}, {'true' if dt.is_bool else -1}")
+    f.emit(f"{out} = xor {t} {vals[0]}, {f.operand(UOp.const(dt, True if dt.is_bool else -1), w)}")
   elif op is Ops.MATH:
-    t = LLVM_TYPE[dt]
+    st = LLVM_TYPE[dt]
     intrinsic, libm = MATH_FUNCTIONS[u.arg]
-    if intrinsic is not None: fn = f"{intrinsic}.{_FSUFFIX[dt]}"
+    if intrinsic is not None: fn = f"{intrinsic}.{_suffix(dt, w)}"
     elif dt == dtypes.float64: fn = libm
     elif dt == dtypes.float32: fn = libm + "f"
     else: raise NotImplementedError(f"{u.arg} on {dt}: lowering computes half types in float32")
+    if intrinsic is None and w: return _scalar_calls(f, fn, st, vals, w)
     f.declare(f"declare {t} @{fn}({', '.join([t] * len(vals))})")
     f.emit(f"{out} = call {t} @{fn}({', '.join(f'{t} {v}' for v in vals)})")
   elif op in (Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE):
-    f.emit(f"{out} = {_binary(op, u.src[0].dtype, vals[0], vals[1])}")
+    f.emit(f"{out} = {_binary(op, u.src[0].dtype, vals[0], vals[1], w)}")
   else:
-    _maybe_declare_minmax(f, op, dt)
-    f.emit(f"{out} = {_binary(op, dt, vals[0], vals[1])}")
+    _maybe_declare_minmax(f, op, dt, w)
+    f.emit(f"{out} = {_binary(op, dt, vals[0], vals[1], w)}")
   return out
+
+
+def _scalar_calls(f: _Function, fn: str, t: str, vals: list, w: int) -> str:
+  """A libm function (no vector form) on vectors of w lanes: one call per lane."""
+  f.declare(f"declare {t} @{fn}({', '.join([t] * len(vals))})")
+  vec = "poison"
+  for i in range(w):
+    args = []
+    for v in vals:
+      args.append(f.tmp())
+      f.emit(f"{args[-1]} = extractelement <{w} x {t}> {v}, i32 {i}")
+    r, nxt = f.tmp(), f.tmp()
+    f.emit(f"{r} = call {t} @{fn}({', '.join(f'{t} {a}' for a in args)})")
+    f.emit(f"{nxt} = insertelement <{w} x {t}> {vec}, {t} {r}, i32 {i}")
+    vec = nxt
+  return vec
