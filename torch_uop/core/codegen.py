@@ -3,7 +3,9 @@
 `build_kernel` evaluates the kernel's tensor expression at symbolic loop indices: movement ops
 become index arithmetic (through ShapeTracker), realized nodes and inputs become LOADs,
 fused reductions become REDUCE over their own RANGEs, and the root becomes a STORE. The result is
-simplified with the symbolic rules. `linearize` orders that graph into one list: output loops,
+simplified with the symbolic rules. A register tile is built once at stand-in lanes and instantiated per position;
+along a SIMD axis whose accesses are contiguous, per vector: its lanes stay one stand-in (`vector_lane`) that the
+renderer writes as vectors. `linearize` orders that graph into one list: output loops,
 then for a reduction its accumulator, reduce loops, update and loop end, then the epilogue and store.
 An `LT.loop` becomes a RANGE whose trip count is a value, with its state in accumulators (DEFINE_ACC
 with an initial value, plain ASSIGNs, an optional BREAK_UNLESS), placed where its result is first read.

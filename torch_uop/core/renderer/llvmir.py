@@ -4,8 +4,10 @@ The function takes one pointer per buffer (`ptr noalias`), in Kernel.argument_id
 `[lo, hi)` of its thread-split loop (see core/opt.py). Loops are
 rendered with their counters and accumulators in allocas; LLVM's mem2reg/SROA turn them into
 phis, and its loop passes vectorize. Elementwise ops are table-driven: `_BINARY` for instructions,
-`MATH_FUNCTIONS` for intrinsics and libm calls. Bool is i1 in registers and i8 in memory. The one place it writes
-vectors itself is a transposing tile (renderer/transpose.py): vector loads, shuffles, and for a plain copy vector stores.
+`MATH_FUNCTIONS` for intrinsics and libm calls. Bool is i1 in registers and i8 in memory. It writes vectors itself
+in two places: the nodes a SIMD lane reaches (codegen.vector_lane) are LLVM vectors, their accesses vector loads and
+stores at the index of lane 0, scalar operands broadcast and libm functions called lane by lane; and a transposing
+tile (renderer/transpose.py) is vector loads, shuffles, and for a plain copy vector stores.
 It does not compile or run anything.
 """
 from __future__ import annotations
