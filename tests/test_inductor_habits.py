@@ -426,7 +426,14 @@ def test_no_garbage_collection_while_compiling(monkeypatch):
   run on its own and the heap from before is frozen (dynamo_backend._no_collections_while_compiling); after, it runs
   again with nothing left frozen, and a user who had turned it off finds it off. Results match eager."""
   import gc
+  import types
+  from torch_uop import dynamo_backend
   from torch_uop.lowering import graph as lowering_graph
+  # gc.get_freeze_count() counts the frozen heap object by object: only the outermost compile may ask it
+  counted = []
+  proxy = types.SimpleNamespace(**{n: getattr(gc, n) for n in dir(gc) if not n.startswith("_")})
+  proxy.get_freeze_count = lambda: counted.append(1) or gc.get_freeze_count()
+  monkeypatch.setattr(dynamo_backend, "gc", proxy)
   seen = []
   lower = lowering_graph.lower_graph
   monkeypatch.setattr(lowering_graph, "lower_graph", lambda *a, **k: seen.append((gc.isenabled(), gc.get_freeze_count() > 0)) or lower(*a, **k))
@@ -436,6 +443,7 @@ def test_no_garbage_collection_while_compiling(monkeypatch):
   for user_disabled in (False, True):
     torch._dynamo.reset()
     seen.clear()
+    counted.clear()
     if user_disabled: gc.disable()
     try:
       out = torch.compile(model, backend="uop", options={"graph_cache": False})(x)
@@ -448,6 +456,9 @@ def test_no_garbage_collection_while_compiling(monkeypatch):
     for g, p in zip(grads, model.parameters()): torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-5)
     model.zero_grad()
     assert len(seen) == 2  # the forward graph and the backward graph
+    # the AOT trace (the forward's graph compiled inside it) and the backward's compile; none where the user turned
+    # collections off
+    assert len(counted) == (0 if user_disabled else 2)
     assert all(not enabled for enabled, _ in seen)
     assert all(frozen for _, frozen in seen) == (not user_disabled)  # (left alone where the user turned it off)
     assert enabled_after == (not user_disabled) and gc.get_freeze_count() == 0
