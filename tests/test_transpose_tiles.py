@@ -28,18 +28,25 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("vector", [True, False], ids=["vector tile", "scalar tile"])
 @pytest.mark.parametrize("name,fn,shape,dtype", CASES, ids=[c[0] for c in CASES])
-def test_transposing_copy_matches_eager_through_register_transposes(name, fn, shape, dtype):
+def test_transposing_copy_matches_eager_through_register_transposes(monkeypatch, name, fn, shape, dtype, vector):
+  """Built as vectors along the store's axis (codegen.vector_lane: a tile of the vector unit's lanes on each side, its
+  strided loads a block transposed by the renderer) or one scalar per position (renderer/transpose.py finds the tile:
+  32-byte vectors)."""
+  from torch_uop.core import codegen
+  from torch_uop.runtime import cpu
+  monkeypatch.setattr(codegen, "VECTOR_TILES", vector)
   torch.manual_seed(0)
   x = (torch.randn(shape) * 100).to(dtype)
   got, sources = _compiled_sources(fn, x)
   want = fn(x)
   assert got.shape == want.shape and torch.equal(got.contiguous(), want.contiguous())
-  lanes = 32 // x.element_size()
+  lanes = cpu.vector_unit().lanes if vector else 32 // x.element_size()
   llvm_type = {torch.float32: "float", torch.float64: "double", torch.int32: "i32"}[dtype]
   text = "\n".join(sources)
   assert f"load <{lanes} x {llvm_type}>" in text and "shufflevector" in text
-  if name != "with arithmetic": assert f"store <{lanes} x {llvm_type}>" in text  # a plain copy stores whole vectors
+  if vector or name != "with arithmetic": assert f"store <{lanes} x {llvm_type}>" in text  # whole vectors stored
 
 
 def test_copies_that_do_not_transpose_keep_scalar_code():

@@ -19,7 +19,7 @@ import dataclasses
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
-from torch_uop.core.symbolic import simplify, simplify_within, range_limits
+from torch_uop.core.symbolic import simplify, simplify_within, range_limits, base_and_offset
 from torch_uop.core.schedule import KernelItem
 from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, STAGED_SLAB, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis, stride_along
 from torch_uop.core.transcendental import transcendental
@@ -320,7 +320,7 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
       value = _at_position(at_lanes, offsets, ev.lane_reach, {})
       stores.append(UOp(Ops.STORE, dtypes.void, (out_buf, _strided(idxs, out_strides), value)))
     sink = simplify(UOp(Ops.SINK, dtypes.void, tuple(stores)))
-    if _contiguous_lanes(sink, lane): return sink, ev
+    if _lanes_fit(sink, lane): return sink, ev
     stores = []
   for pos, idxs in zip(itertools.product(*[range(len(a)) for a in axis_idxs]), itertools.product(*axis_idxs)):
     if tile is None: value = ev.eval(root, idxs, true)
@@ -356,35 +356,58 @@ def vector_widths(nodes: list) -> dict:
   return width
 
 
-def _contiguous_lanes(sink: UOp, lane: UOp) -> bool:
-  """Whether a kernel built with a vector lane can run as vectors: every load and store the lane reaches moves one
-  element per lane (no gather, no scatter) and no load's mask moves with it."""
-  reach: dict = {}
-  memo: dict = {}
-  def reaches(u: UOp) -> bool:
-    if u not in reach: reach[u] = u is lane or any([reaches(s) for s in u.src])
-    return reach[u]
+class _LaneSteps:
+  """How far an index moves from one lane to the next (None: not by a constant), for the nodes of one kernel."""
+  def __init__(self, lane: UOp):
+    self.lane, self.reach, self.memo = lane, {}, {}
+
+  def reaches(self, u: UOp) -> bool:
+    if u not in self.reach: self.reach[u] = u is self.lane or any([self.reaches(s) for s in u.src])
+    return self.reach[u]
+
+  def step(self, index: UOp):
+    return affine_terms(index, self.memo, free=lambda v: {self.lane: None} if self.reaches(v) else {}).get(self.lane, 0)
+
+
+def _lanes_fit(sink: UOp, lane: UOp) -> bool:
+  """Whether a kernel built with a vector lane can run as vectors: every store the lane reaches moves one element per
+  lane (no scatter), every load it reaches a constant number of elements (one: a vector load; more, ungated: a
+  strided one, which the renderer transposes in registers with the loads beside it or gathers), and no load's mask
+  moves with it."""
+  lanes = _LaneSteps(lane)
+  strided: dict = {}  # (buffer, index terms at lane 0, step) -> the offsets of the strided loads
   for n in sink.toposort():
     if n.op not in (Ops.LOAD, Ops.STORE): continue
-    if n.op is Ops.LOAD and len(n.src) == 3 and reaches(n.src[2]): return False
-    if n.op is Ops.STORE and reaches(n.src[2]) and not reaches(n.src[1]): return False
-    if reaches(n.src[1]) and affine_terms(n.src[1], memo, free=lambda v: {lane: None} if reaches(v) else {}).get(lane) != 1:
-      return False
-  return True
+    gated = n.op is Ops.LOAD and len(n.src) == 3
+    if gated and lanes.reaches(n.src[2]): return False
+    if n.op is Ops.STORE and lanes.reaches(n.src[2]) and not lanes.reaches(n.src[1]): return False
+    if not lanes.reaches(n.src[1]): continue
+    step = lanes.step(n.src[1])
+    if step == 1: continue
+    if n.op is Ops.STORE or gated or not step: return False
+    terms, offset = base_and_offset(simplify(substitute(n.src[1], {lane: _c(0)})))
+    strided.setdefault((n.src[0], terms, step), set()).add(offset)
+  # strided loads only as whole blocks: `width` of them at consecutive offsets, which the renderer transposes (one
+  # by itself would be a gather, a scalar load per lane)
+  width = lane.src[0].arg
+  return all(sorted(o) == list(range(min(o), min(o) + width)) for o in strided.values())
 
 
 def _vector_accesses(ast: UOp) -> UOp:
-  """Each load and store a vector lane reaches, indexed as ADD(the index at lane 0, lane): the renderer reads the
-  first element's address from it (_contiguous_lanes checked that the lanes are consecutive)."""
+  """Each load and store a vector lane reaches, indexed as ADD(the index at lane 0, lane), or for a strided load
+  ADD(the index at lane 0, MUL(lane, its step)): the renderer reads the first element's address and the step from it
+  (_lanes_fit checked that the step is a constant)."""
   nodes = ast.toposort()
   lane = next((n for n in nodes if is_vector_lane(n)), None)
   if lane is None: return ast
-  width = vector_widths(nodes)
+  lanes = _LaneSteps(lane)
   new: dict = {}
   for n in nodes:
     src = tuple(new.get(s, s) for s in n.src)
-    if n.op in (Ops.LOAD, Ops.STORE) and n.src[1] in width:
-      src = (src[0], UOp(Ops.ADD, IDX, (simplify(substitute(src[1], {lane: _c(0)})), lane)), *src[2:])
+    if n.op in (Ops.LOAD, Ops.STORE) and lanes.reaches(n.src[1]):
+      step = lanes.step(n.src[1])
+      moved = lane if step == 1 else UOp(Ops.MUL, IDX, (lane, _c(step)))
+      src = (src[0], UOp(Ops.ADD, IDX, (simplify(substitute(src[1], {lane: _c(0)})), moved)), *src[2:])
     if src != n.src: new[n] = n.replace(src=src)
   return new.get(ast, ast)
 

@@ -216,7 +216,7 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
       if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and _depends_on(reduces[0], r, cache):
         blockable.append((axis, factor))
     upcast += _fewest_loads_tile(blockable, MAX_UPCAST_AXES - len(upcast), loads, ranges, cache)
-  if not reduces: upcast = _transpose_tile(out_shape, nodes, ranges, all_ranges, vectors)
+  if not reduces: upcast, vector_axis = _transpose_tile(out_shape, nodes, ranges, all_ranges, vectors)
   factors = dict(upcast)
   # (a symbolic size is at least 2 when its variable's range says so; otherwise the split is a guarded decision)
   # (a blocked axis of symbolic size is looped over as it was unblocked: its tile count would be a new guard)
@@ -280,24 +280,25 @@ TRANSPOSE_TILE_MAX_OPS = 8  # an elementwise kernel with more operations per ele
                             # 8x8 tile unrolls its element 64 times; heavy math vectorizes along one loop instead)
 
 
-def _transpose_tile(out_shape: tuple, nodes: list, ranges: dict, all_ranges: list, vectors: VectorUnit) -> list:
+def _transpose_tile(out_shape: tuple, nodes: list, ranges: dict, all_ranges: list, vectors: VectorUnit) -> tuple:
   """A kernel without reductions that stores contiguously along one output axis and loads contiguously along another
   (a transposing copy: packing x @ W.T's weight, attention's k.transpose(-1, -2), NHWC <-> NCHW) gets a square tile
   of `lanes` x `lanes` elements over those two axes, unrolled: the LLVM renderer turns it into vector loads, a shuffle
   transpose in registers and vector stores (renderer/transpose.py). Untiled, one of the two sides goes element by
   element (768 x 768 floats on a Zen 3: 4.6 -> 24 GB/s, and 49-51 GB/s since the renderer transposes the tile). Only ungated loads at constant strides, sizes of at least a tile, and cheap
-  elements: at most TRANSPOSE_TILE_MAX_OPS value operations, no math function beyond CHEAP_MATH."""
+  elements: at most TRANSPOSE_TILE_MAX_OPS value operations, no math function beyond CHEAP_MATH. Returns (the upcasts,
+  the SIMD axis: the store's), or ((), None)."""
   loads = [n for n in nodes if n.op is Ops.LOAD]
   stores = [n for n in nodes if n.op is Ops.STORE]
-  if len(stores) != 1 or not loads or any(len(ld.src) != 2 for ld in loads): return []
+  if len(stores) != 1 or not loads or any(len(ld.src) != 2 for ld in loads): return (), None
   values = [n for n in nodes if n.dtype is not dtypes.index and (n.op in ELEMENTWISE and n.op is not Ops.CAST or n.op is Ops.MATH)]
-  if len(values) > TRANSPOSE_TILE_MAX_OPS or any(n.op is Ops.MATH and n.arg not in CHEAP_MATH for n in values): return []
+  if len(values) > TRANSPOSE_TILE_MAX_OPS or any(n.op is Ops.MATH and n.arg not in CHEAP_MATH for n in values): return (), None
   lanes = vectors.lanes
 
   def unit_axis(access: UOp):  # the output axis along which an access moves by one element, if any
     return next((a for a, r in ranges.items() if stride_along(access.src[1], r, all_ranges) == 1), None)
   store_axis = unit_axis(stores[0])
-  if store_axis is None: return []
+  if store_axis is None: return (), None
   for ld in loads:
     load_axis = unit_axis(ld)
     # (a load that stays put along the store axis, a row's scale or an embedding row's index, is a broadcast, not a
@@ -305,9 +306,9 @@ def _transpose_tile(out_shape: tuple, nodes: list, ranges: dict, all_ranges: lis
     if load_axis is None or load_axis == store_axis or stride_along(ld.src[1], ranges[store_axis], all_ranges) in (None, 0): continue
     sizes = (out_shape[load_axis], out_shape[store_axis])
     # a size the tile does not divide ends with a tile overlapping the one before (codegen's _upcast_index)
-    if any(is_sym(x) or x < lanes for x in sizes): return []
-    return sorted([(load_axis, lanes), (store_axis, lanes)])
-  return []
+    if any(is_sym(x) or x < lanes for x in sizes): return (), None
+    return sorted([(load_axis, lanes), (store_axis, lanes)]), store_axis
+  return (), None
 
 
 SWEEP_CACHE_BYTES = 1 << 20  # an operand this small stays in a core's L2 cache while the loops sweep it again

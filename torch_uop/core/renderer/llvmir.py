@@ -17,6 +17,7 @@ from torch_uop.core.uop import UOp, Ops, ELEMENTWISE
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.codegen import reduce_identity, affine_terms, vector_widths, is_vector_lane
 from torch_uop.core.renderer.transpose import find_transpose_tiles, butterfly_masks
+from torch_uop.core.symbolic import base_and_offset
 
 LLVM_TYPE = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.int32: "i32",
@@ -165,20 +166,23 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
   arg_of = {slot: i for i, slot in enumerate(buffer_slots)}
   loops: dict[UOp, str] = {}
   accs: dict[UOp, str] = {}
-  # SIMD across upcast outputs (a serial reduce loop): no loop of the kernel is for LLVM to vectorize
-  serial = any(u.op is Ops.RANGE and u.arg[1] == "reduce_serial" for u in program)
+  # SIMD across upcast outputs (a serial reduce loop, or vectors the kernel computes itself): no loop of the kernel is
+  # for LLVM to vectorize
+  serial = any(u.op is Ops.RANGE and u.arg[1] == "reduce_serial" for u in program) or bool(vector_widths(program))
   innermost = [u for u in program if u.op is Ops.RANGE][-1:] if innermost_simd else []
   # (a staged slab's copy loops are LLVM's to vectorize whatever the kernel around them does)
   scalar_loops = {u for u in program if u.op is Ops.RANGE and u.arg[1] != "stage" and
                   (u.arg[1] in ("reduce_serial", "loop") or serial or (innermost_simd and u not in innermost))}
   forced = _forced_simd_loops(program, scalar_loops)
   loop_ids = _loop_ids(program, scalar_loops, forced)
-  f.width = vector_widths(program)
+  f.width = vector_widths(program)  # (again: the nodes, where `serial` asked only whether there are any)
   # a vector load's or store's index, ADD(its first element's index, the lane), is read for its first operand only
   operands = {s for u in program for i, s in enumerate(u.src) if i != 1 or u.op not in (Ops.LOAD, Ops.STORE)}
   addresses = {u.src[1] for u in program if u.op in (Ops.LOAD, Ops.STORE) and u.src[1] in f.width} - operands
   # (transposing copies are scalar: a staged slab's copy beside the vector tile)
   tile_loads = find_transpose_tiles([u for u in program if u not in f.width] if f.width else program)
+  lane_columns = _strided_columns(program, f.width)
+  column_vectors: dict = {}  # a strided group's first load -> its transposed vectors' names
   columns: dict = {}  # TransposeTile -> its transposed vectors' names
   vector_store_at: dict = {}  # the last store of a run stored as one vector -> (tile, column, the run)
   position = {u: i for i, u in enumerate(program)} if tile_loads else {}
@@ -287,6 +291,8 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
         f.emit(f"{out} = select {bt} {seen}, {t} {f.operand(UOp.const(u.dtype, math.nan), w)}, {t} {r}")
         r = out
       f.names[u] = r
+    elif op is Ops.LOAD and w and _lane_step(u) != 1:
+      f.names[u] = _strided_load(f, u, w, lane_columns.get(u), column_vectors)
     elif op is Ops.LOAD:
       buf, idx = f.value(u.src[0]), _first_index(f, u, w)
       if len(u.src) == 3:
@@ -351,13 +357,19 @@ def _render_transpose(f: _Function, tile) -> list:
     f.emit(f"{ptr} = getelementptr inbounds {t}, ptr {f.value(row.src[0])}, i64 {f.value(row.src[1])}")
     f.emit(f"{vec} = load {vt}, ptr {ptr}, align {tile.rows[0].dtype.itemsize}")
     vectors.append(vec)
-  for stage in butterfly_masks(tile.lanes):
+  return _butterfly(f, vectors, vt, tile.lanes)
+
+
+def _butterfly(f: _Function, vectors: list, vt: str, lanes: int) -> list:
+  """`lanes` vectors of `lanes` elements (type vt) transposed by shuffles: vector j of the result holds element j of
+  every input, in input order."""
+  for stage in butterfly_masks(lanes):
     new = list(vectors)
     for i, j, low, high in stage:
       for dst, mask in ((i, low), (j, high)):
         new[dst] = f.tmp()
         m = ", ".join(f"i32 {c}" for c in mask)
-        f.emit(f"{new[dst]} = shufflevector {vt} {vectors[i]}, {vt} {vectors[j]}, <{tile.lanes} x i32> <{m}>")
+        f.emit(f"{new[dst]} = shufflevector {vt} {vectors[i]}, {vt} {vectors[j]}, <{lanes} x i32> <{m}>")
     vectors = new
   return vectors
 
@@ -426,11 +438,75 @@ def _nan_tracked(owner: UOp) -> bool:
 
 def _first_index(f: _Function, access: UOp, w: int) -> str:
   """The element index a load or store starts at: for a vector access (w lanes), its index's first operand
-  (codegen._vector_accesses gives it as ADD(that, the lane))."""
+  (codegen._vector_accesses gives it as ADD(that, the lane) or ADD(that, MUL(lane, step)))."""
   idx = access.src[1]
   if not w: return f.value(idx)
-  assert idx.op is Ops.ADD and is_vector_lane(idx.src[1]), "a vector access is indexed as base + lane"
+  _lane_step(access)
   return f.value(idx.src[0])
+
+
+def _lane_step(access: UOp) -> int:
+  """How many elements a vector access moves per lane (its index: ADD(base, lane) or ADD(base, MUL(lane, step)))."""
+  moved = access.src[1].src[1] if access.src[1].op is Ops.ADD else None
+  if moved is not None and is_vector_lane(moved): return 1
+  assert moved is not None and moved.op is Ops.MUL and is_vector_lane(moved.src[0]), "a vector access is base + lane * step"
+  return moved.src[1].arg
+
+
+def _strided_columns(program: list, width: dict) -> dict:
+  """{strided vector load: (its group's first load, column)} for the strided loads (a lane moves them by a step other
+  than one) that come in whole groups: `w` loads of one buffer in one straight stretch of the program, with the same
+  step and index terms and consecutive offsets c0 .. c0 + w - 1. Such a group reads a w x w block whose rows (one per
+  lane, `step` apart) are contiguous: load k of the group is column k of the block, so the renderer loads the rows as
+  vectors and transposes them in registers (a transposing copy's tile: NCHW <-> NHWC, a weight transposed)."""
+  groups: dict = {}
+  stretch = 0
+  for u in program:
+    if u.op in (Ops.RANGE, Ops.ENDRANGE, Ops.BREAK_UNLESS): stretch += 1
+    if u.op is not Ops.LOAD or u not in width or _lane_step(u) == 1: continue
+    terms, offset = base_and_offset(u.src[1].src[0])
+    groups.setdefault((stretch, u.src[0], terms, _lane_step(u)), []).append((offset, u))
+  out: dict = {}
+  for members in groups.values():
+    w = width[members[0][1]]
+    offsets = sorted(o for o, _ in members)
+    if offsets != list(range(offsets[0], offsets[0] + w)): continue
+    first = members[0][1]  # (in program order: rendered first)
+    for o, u in members: out[u] = (first, o - offsets[0], offsets[0] - members[0][0])
+  return out
+
+
+def _strided_load(f: _Function, u: UOp, w: int, column, column_vectors: dict) -> str:
+  """A vector load whose lanes are `step` elements apart: a column of its group's transposed block (_strided_columns),
+  or where it has no whole group, one scalar load per lane."""
+  t = "i8" if u.dtype.is_bool else LLVM_TYPE[u.dtype]
+  step, buf = _lane_step(u), f.value(u.src[0])
+  if column is None:
+    vec = "poison"
+    for k in range(w):
+      at, ptr, val, nxt = f.tmp(), f.tmp(), f.tmp(), f.tmp()
+      f.emit(f"{at} = add i64 {_first_index(f, u, w)}, {k * step}")
+      f.emit(f"{ptr} = getelementptr inbounds {t}, ptr {buf}, i64 {at}")
+      f.emit(f"{val} = load {t}, ptr {ptr}")
+      f.emit(f"{nxt} = insertelement <{w} x {t}> {vec}, {t} {val}, i32 {k}")
+      vec = nxt
+  else:
+    first, col, shift = column
+    if first not in column_vectors:  # u is the group's first load: its index and the block's differ by `shift`
+      rows = []
+      for k in range(w):
+        at, ptr, row = f.tmp(), f.tmp(), f.tmp()
+        f.emit(f"{at} = add i64 {_first_index(f, u, w)}, {shift + k * step}")
+        f.emit(f"{ptr} = getelementptr inbounds {t}, ptr {buf}, i64 {at}")
+        f.emit(f"{row} = load <{w} x {t}>, ptr {ptr}, align {max(1, u.dtype.itemsize)}")
+        rows.append(row)
+      column_vectors[first] = _butterfly(f, rows, f"<{w} x {t}>", w)
+    vec = column_vectors[first][col]
+  if u.dtype.is_bool:
+    b = f.tmp()
+    f.emit(f"{b} = icmp ne <{w} x i8> {vec}, zeroinitializer")
+    vec = b
+  return vec
 
 
 def _maybe_declare_minmax(f: _Function, op: Ops, dt: DType, w: int = 0):
