@@ -782,6 +782,8 @@ SIMD_TILES = [
   ("float64 x @ w through sin", lambda x, w: torch.sin(x @ w), lambda: [torch.randn(24, 40, dtype=torch.float64),
                                                                       torch.randn(40, 64, dtype=torch.float64)]),
   ("a comparison of a product", lambda x, w: (x @ w) > 0, lambda: [torch.randn(40, 72), torch.randn(72, 96)]),
+  # (float64 tanh has no vector form: libm is called lane by lane inside the vector tile)
+  ("float64 tanh summed down columns", lambda x: torch.tanh(x).sum(0), lambda: [torch.randn(300, 64, dtype=torch.float64)]),
   ("a 3x3 convolution", lambda x, w: F.conv2d(x, w, padding=1), lambda: [torch.randn(2, 16, 10, 10), torch.randn(32, 16, 3, 3)]),
 ]
 

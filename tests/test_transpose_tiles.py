@@ -86,3 +86,17 @@ def test_butterfly_masks_transpose(lanes):
       new[i], new[j] = [both[m] for m in low], [both[m] for m in high]
     rows = new
   assert rows == [[(r, c) for r in range(lanes)] for c in range(lanes)]
+
+
+def test_strided_vector_loads_without_their_block_are_gathered(monkeypatch):
+  """A vector tile's strided load that the renderer finds no whole block for (llvmir._strided_columns) is read one
+  element per lane: the results still equal eager's."""
+  from torch_uop.core.renderer import llvmir
+  monkeypatch.setattr(llvmir, "_strided_columns", lambda program, width: {})
+  torch.manual_seed(0)
+  for fn, shape in ((lambda x: x.t().contiguous() * 2.0, (96, 64)), (lambda x: x.permute(0, 2, 3, 1).contiguous(), (2, 24, 9, 16))):
+    x = torch.randn(shape)
+    got, sources = _compiled_sources(fn, x)
+    assert torch.equal(got, fn(x))
+    text = "\n".join(sources)
+    assert "insertelement" in text and "shufflevector" not in text
