@@ -2,6 +2,7 @@
 dilated, grouped, depthwise), its weight gradient over padded rows or as a GEMM over im2col rows, register tiles that do not divide
 their axis, the loop order of a GEMM with a big weight, a GEMM over packed weight panels, a graph output that is a reshape of a computed buffer, an expensive expression shared by kernels, and the
 loop order of a transposing copy."""
+import re
 import pytest
 import torch
 import torch.nn.functional as F
@@ -785,6 +786,9 @@ SIMD_TILES = [
   # (float64 tanh has no vector form: libm is called lane by lane inside the vector tile)
   ("float64 tanh summed down columns", lambda x: torch.tanh(x).sum(0), lambda: [torch.randn(300, 64, dtype=torch.float64)]),
   ("a 3x3 convolution", lambda x, w: F.conv2d(x, w, padding=1), lambda: [torch.randn(2, 16, 10, 10), torch.randn(32, 16, 3, 3)]),
+  # weights read through packed panels (linalg._packs): the staged copy's tile rows are vectors too, transposed for W.T
+  ("x @ W, W packed", lambda x, w: x @ w, lambda: [torch.randn(64, 256), torch.randn(256, 1024)]),
+  ("x @ W.T, W packed", lambda x, w: x @ w.t(), lambda: [torch.randn(64, 1024), torch.randn(1024, 1024)]),
 ]
 
 
@@ -800,14 +804,18 @@ def test_simd_tiles_are_vectors(monkeypatch, name, fn, make):
   results, sizes, sources = {}, {}, {}
   for vector in (True, False):
     monkeypatch.setattr(codegen, "VECTOR_TILES", vector)
-    graphs = _compile_checked(fn, args, rtol=1e-4, atol=1e-4)
-    results[vector] = graphs[-1](*args)
+    torch._dynamo.reset()
+    with torch_uop.debug.capture() as graphs:
+      results[vector] = torch.compile(fn, backend="uop", options=FRESH)(*args)
+    torch.testing.assert_close(results[vector], fn(*args), rtol=1e-4, atol=1e-4, equal_nan=True)
     sizes[vector] = sum(len(k.program) for k in graphs[-1].kernels)
     sources[vector] = "".join(graphs[-1].sources.values() if isinstance(graphs[-1].sources, dict) else graphs[-1].sources)
   torch.testing.assert_close(results[True], results[False], rtol=1e-6, atol=1e-6, equal_nan=True)
   assert f"load <{lanes} x " in sources[True] and f"store <{lanes} x " in sources[True]
   assert f"load <{lanes} x " not in sources[False]
   assert sizes[True] * 3 < sizes[False]
+  if "packed" in name:  # the slab's copy: rows of 8 (STAGE_TILE) stored as vectors, into the kernel's local array
+    assert re.search(r"store <8 x float> %t\d+, ptr %t\d+", sources[True]) and "alloca [" in sources[True]
 
 
 # (name, function, input shapes, the trips of the kernel's loops as they nest, merged: whether any loop was merged)

@@ -64,8 +64,9 @@ class Kernel:
 
 
 class _Evaluator:
-  def __init__(self, item: KernelItem, opts: KernelOpts, staging: str = "off", stage_bytes: int = 0):
+  def __init__(self, item: KernelItem, opts: KernelOpts, staging: str = "off", stage_bytes: int = 0, stage_lanes: int = 0):
     self.item, self.opts = item, opts
+    self.stage_lanes = stage_lanes  # copy a staged slab's tile rows as vectors of this many lanes (0: by scalars)
     # staged copies (LT.staged): "copy" copies their slabs into local arrays (the CPU), "plan" reads them as if they
     # were in memory of their own (what the optimizer reads: the loads a realized copy gives), "off" reads their source
     # stage_bytes: the most the slabs may take, the target's VectorUnit.stage_bytes (0: none is copied)
@@ -211,12 +212,26 @@ class _Evaluator:
       ranges = [UOp(Ops.RANGE, IDX, (_c(n // STAGE_TILE if t else n),), (STAGE_AXIS_BASE + STAGE_AXES_PER_COPY * k + d, "stage"))
                 for d, (n, t) in enumerate(zip(slab, tiled))]
       local = UOp(Ops.DEFINE_LOCAL, node.dtype, (), (STAGE_LOCAL_BASE + k, math.prod(slab)))
-      true = UOp.const(dtypes.bool, True)
-      stores = []
-      for at in itertools.product(*[[r * _c(STAGE_TILE) + _c(o) for o in range(STAGE_TILE)] if t else [r] for r, t in zip(ranges, tiled)]):
-        stores.append(UOp(Ops.STORE, dtypes.void, (local, _strided(at, strides), self.eval(node.src[0], (idxs[0], *at), true))))
+      stores = None
+      if self.stage_lanes == STAGE_TILE and tiled[-1]:  # each row of a tile one vector, where its accesses allow
+        lane = vector_lane(STAGE_TILE)
+        stores = self._stage_stores(node, idxs[0], local, strides, ranges, tiled, lane)
+        if not _lanes_fit(simplify(UOp(Ops.SINK, dtypes.void, tuple(stores))), lane): stores = None
+      if stores is None: stores = self._stage_stores(node, idxs[0], local, strides, ranges, tiled)
       self.stages[key] = UOp(Ops.AFTER, node.dtype, (local, *stores))
     return UOp(Ops.LOAD, node.dtype, (self.stages[key], _strided(idxs[1:], strides)))
+
+  def _stage_stores(self, node: UOp, first: UOp, local: UOp, strides: tuple, ranges: list, tiled: list, lane=None) -> list:
+    """The STOREs copying a staged node's slab at dim-0 index `first` into `local`: one per position of a tile (the
+    tiled dims' loops step by STAGE_TILE), or with a vector `lane`, one per row of it, the lane along the last dim."""
+    true = UOp.const(dtypes.bool, True)
+    last = len(ranges) - 1
+    def positions(d: int, r: UOp, t: bool) -> list:
+      if not t: return [r]
+      if lane is not None and d == last: return [r * _c(STAGE_TILE) + lane]
+      return [r * _c(STAGE_TILE) + _c(o) for o in range(STAGE_TILE)]
+    return [UOp(Ops.STORE, dtypes.void, (local, _strided(at, strides), self.eval(node.src[0], (first, *at), true)))
+            for at in itertools.product(*[positions(d, r, t) for d, (r, t) in enumerate(zip(ranges, tiled))])]
 
   def _loop(self, node: UOp, idxs: tuple, gate: UOp) -> UOp:
     """One kernel loop per (LT.loop, output position): a RANGE counting to the element's trip count and a
@@ -280,7 +295,8 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
   `simd_lanes`, per `simd_lanes` positions along the SIMD axis (opts.vector_axis) where the tile is built once at
   stand-in lanes and every access moves one element per lane: those positions are one vector (vector_lane).
   `staging`: how staged copies are read, within `stage_bytes` (_Evaluator)."""
-  ev = _Evaluator(item, opts, staging, stage_bytes)
+  stage_lanes = STAGE_TILE if simd_lanes else 0
+  ev = _Evaluator(item, opts, staging, stage_bytes, stage_lanes)
   root = item.root
   out_shape = root.shape
   loops = []
@@ -301,7 +317,7 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
     ev.at_lanes = True
     try: at_lanes = simplify(ev.eval(root, lane_idxs, true))
     except _PositionDependent:
-      tile, ev = None, _Evaluator(item, opts, staging, stage_bytes)
+      tile, ev = None, _Evaluator(item, opts, staging, stage_bytes, stage_lanes)
       ev.buf(item.out_slot, root.dtype)
     ev.at_lanes = False
   # the output buffer's strides may be a graph output's eager layout (permuted, or stride 0: the same
@@ -346,23 +362,26 @@ def is_vector_lane(u: UOp) -> bool: return u.op is Ops.RANGE and u.arg[1] == "ve
 
 
 def vector_widths(nodes: list) -> dict:
-  """{node: SIMD width} for the nodes (a kernel's program, and all below them) that a vector lane reaches."""
+  """{node: SIMD width} for the nodes (a kernel's program, and all below them) that a vector lane reaches: a load by
+  its index, a store by its index or value; an AFTER (a local array, once its copy is stored) is no vector."""
   width: dict = {}
   for u in toposort(nodes):
     if is_vector_lane(u): width[u] = u.src[0].arg
+    elif u.op is Ops.AFTER: continue
     else:
-      w = next((width[s] for s in u.src if s in width), 0)
+      w = next((width[s] for s in (u.src[1:] if u.op in (Ops.LOAD, Ops.STORE) else u.src) if s in width), 0)
       if w: width[u] = w
   return width
 
 
 class _LaneSteps:
-  """How far an index moves from one lane to the next (None: not by a constant), for the nodes of one kernel."""
+  """How far an index moves from one lane to the next (None: not by a constant), for the nodes of one kernel. (A lane
+  reaches through values only: an AFTER, a local array a copy stored, is not reached by the copy's lane.)"""
   def __init__(self, lane: UOp):
     self.lane, self.reach, self.memo = lane, {}, {}
 
   def reaches(self, u: UOp) -> bool:
-    if u not in self.reach: self.reach[u] = u is self.lane or any([self.reaches(s) for s in u.src])
+    if u not in self.reach: self.reach[u] = u is self.lane or (u.op is not Ops.AFTER and any([self.reaches(s) for s in u.src]))
     return self.reach[u]
 
   def step(self, index: UOp):
@@ -398,16 +417,16 @@ def _vector_accesses(ast: UOp) -> UOp:
   ADD(the index at lane 0, MUL(lane, its step)): the renderer reads the first element's address and the step from it
   (_lanes_fit checked that the step is a constant)."""
   nodes = ast.toposort()
-  lane = next((n for n in nodes if is_vector_lane(n)), None)
-  if lane is None: return ast
-  lanes = _LaneSteps(lane)
+  lanes = [_LaneSteps(n) for n in nodes if is_vector_lane(n)]  # (a tile's, and a staged copy's of its own width)
+  if not lanes: return ast
   new: dict = {}
   for n in nodes:
     src = tuple(new.get(s, s) for s in n.src)
-    if n.op in (Ops.LOAD, Ops.STORE) and lanes.reaches(n.src[1]):
-      step = lanes.step(n.src[1])
-      moved = lane if step == 1 else UOp(Ops.MUL, IDX, (lane, _c(step)))
-      src = (src[0], UOp(Ops.ADD, IDX, (simplify(substitute(src[1], {lane: _c(0)})), moved)), *src[2:])
+    at = next((x for x in lanes if x.reaches(n.src[1])), None) if n.op in (Ops.LOAD, Ops.STORE) else None
+    if at is not None:
+      step = at.step(n.src[1])
+      moved = at.lane if step == 1 else UOp(Ops.MUL, IDX, (at.lane, _c(step)))
+      src = (src[0], UOp(Ops.ADD, IDX, (simplify(substitute(src[1], {at.lane: _c(0)})), moved)), *src[2:])
     if src != n.src: new[n] = n.replace(src=src)
   return new.get(ast, ast)
 

@@ -166,16 +166,17 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
   arg_of = {slot: i for i, slot in enumerate(buffer_slots)}
   loops: dict[UOp, str] = {}
   accs: dict[UOp, str] = {}
-  # SIMD across upcast outputs (a serial reduce loop, or vectors the kernel computes itself): no loop of the kernel is
-  # for LLVM to vectorize
-  serial = any(u.op is Ops.RANGE and u.arg[1] == "reduce_serial" for u in program) or bool(vector_widths(program))
+  f.width = vector_widths(program)
+  # SIMD across upcast outputs (a serial reduce loop, or an output stored as vectors): no loop of the kernel is for
+  # LLVM to vectorize (a staged slab's copy loops aside)
+  serial = any(u.op is Ops.RANGE and u.arg[1] == "reduce_serial" or u.op is Ops.STORE and u in f.width and
+               u.src[0].op is Ops.DEFINE_GLOBAL for u in program)
   innermost = [u for u in program if u.op is Ops.RANGE][-1:] if innermost_simd else []
   # (a staged slab's copy loops are LLVM's to vectorize whatever the kernel around them does)
   scalar_loops = {u for u in program if u.op is Ops.RANGE and u.arg[1] != "stage" and
                   (u.arg[1] in ("reduce_serial", "loop") or serial or (innermost_simd and u not in innermost))}
   forced = _forced_simd_loops(program, scalar_loops)
   loop_ids = _loop_ids(program, scalar_loops, forced)
-  f.width = vector_widths(program)  # (again: the nodes, where `serial` asked only whether there are any)
   # a vector load's or store's index, ADD(its first element's index, the lane), is read for its first operand only
   operands = {s for u in program for i, s in enumerate(u.src) if i != 1 or u.op not in (Ops.LOAD, Ops.STORE)}
   addresses = {u.src[1] for u in program if u.op in (Ops.LOAD, Ops.STORE) and u.src[1] in f.width} - operands
