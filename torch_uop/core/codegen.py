@@ -4,8 +4,8 @@
 become index arithmetic (through ShapeTracker), realized nodes and inputs become LOADs,
 fused reductions become REDUCE over their own RANGEs, and the root becomes a STORE. The result is
 simplified with the symbolic rules. A register tile is built once at stand-in lanes and instantiated per position;
-along a SIMD axis whose accesses are contiguous, per vector: its lanes stay one stand-in (`vector_lane`) that the
-renderer writes as vectors. `linearize` orders that graph into one list: output loops,
+along a SIMD axis whose accesses allow it, per vector: its lanes stay one stand-in (`vector_lane`) that the renderer
+writes as vectors. `linearize` orders that graph into one list: output loops,
 then for a reduction its accumulator, reduce loops, update and loop end, then the epilogue and store.
 An `LT.loop` becomes a RANGE whose trip count is a value, with its state in accumulators (DEFINE_ACC
 with an initial value, plain ASSIGNs, an optional BREAK_UNLESS), placed where its result is first read.
@@ -293,7 +293,7 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
                 simd_lanes: int = 0) -> tuple[UOp, _Evaluator]:
   """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position, or with
   `simd_lanes`, per `simd_lanes` positions along the SIMD axis (opts.vector_axis) where the tile is built once at
-  stand-in lanes and every access moves one element per lane: those positions are one vector (vector_lane).
+  stand-in lanes and its accesses allow (_lanes_fit): those positions are one vector (vector_lane).
   `staging`: how staged copies are read, within `stage_bytes` (_Evaluator)."""
   stage_lanes = STAGE_TILE if simd_lanes else 0
   ev = _Evaluator(item, opts, staging, stage_bytes, stage_lanes)
