@@ -812,7 +812,8 @@ def test_simd_tiles_are_vectors(monkeypatch, name, fn, make):
     sources[vector] = "".join(graphs[-1].sources.values() if isinstance(graphs[-1].sources, dict) else graphs[-1].sources)
   torch.testing.assert_close(results[True], results[False], rtol=1e-6, atol=1e-6, equal_nan=True)
   assert f"load <{lanes} x " in sources[True] and f"store <{lanes} x " in sources[True]
-  assert f"load <{lanes} x " not in sources[False]
+  # (the scalar build has vector loads only where renderer/transpose.py finds a transposing copy's tile)
+  assert sources[True].count(f"load <{lanes} x ") > sources[False].count(f"load <{lanes} x ")
   assert sizes[True] * 3 < sizes[False]
   if "packed" in name:  # the slab's copy: rows of 8 (STAGE_TILE) stored as vectors, into the kernel's local array
     assert re.search(r"store <8 x float> %t\d+, ptr %t\d+", sources[True]) and "alloca [" in sources[True]
