@@ -406,10 +406,15 @@ def _lanes_fit(sink: UOp, lane: UOp) -> bool:
     if n.op is Ops.STORE or gated or not step: return False
     terms, offset = base_and_offset(simplify(substitute(n.src[1], {lane: _c(0)})))
     strided.setdefault((n.src[0], terms, step), set()).add(offset)
-  # strided loads only as whole blocks: `width` of them at consecutive offsets, which the renderer transposes (one
-  # by itself would be a gather, a scalar load per lane)
-  width = lane.src[0].arg
-  return all(sorted(o) == list(range(min(o), min(o) + width)) for o in strided.values())
+  # strided loads only as whole blocks, which the renderer transposes (one by itself would be a gather, a scalar load
+  # per lane)
+  return all(whole_block(o, lane.src[0].arg) for o in strided.values())
+
+
+def whole_block(offsets, width: int) -> bool:
+  """Whether strided vector loads at these offsets (their index terms and step alike) read a whole block of `width`
+  rows by `width` columns: `width` loads at consecutive offsets."""
+  return sorted(offsets) == list(range(min(offsets), min(offsets) + width))
 
 
 def _vector_accesses(ast: UOp) -> UOp:

@@ -15,7 +15,7 @@ import math
 import struct
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE
 from torch_uop.core.dtypes import DType, dtypes
-from torch_uop.core.codegen import reduce_identity, affine_terms, vector_widths, is_vector_lane
+from torch_uop.core.codegen import reduce_identity, affine_terms, vector_widths, is_vector_lane, whole_block
 from torch_uop.core.renderer.transpose import find_transpose_tiles, butterfly_masks
 from torch_uop.core.symbolic import base_and_offset
 
@@ -442,7 +442,7 @@ def _first_index(f: _Function, access: UOp, w: int) -> str:
   (codegen._vector_accesses gives it as ADD(that, the lane) or ADD(that, MUL(lane, step)))."""
   idx = access.src[1]
   if not w: return f.value(idx)
-  _lane_step(access)
+  _lane_step(access)  # (asserts that form)
   return f.value(idx.src[0])
 
 
@@ -455,8 +455,8 @@ def _lane_step(access: UOp) -> int:
 
 
 def _strided_columns(program: list, width: dict) -> dict:
-  """{strided vector load: (its group's first load, column)} for the strided loads (a lane moves them by a step other
-  than one) that come in whole groups: `w` loads of one buffer in one straight stretch of the program, with the same
+  """{strided vector load: (its group's first load, column, the block's offset from the first load's index)} for the
+  strided loads (a lane moves them by a step other than one) that come in whole groups (codegen.whole_block): `w` loads of one buffer in one straight stretch of the program, with the same
   step and index terms and consecutive offsets c0 .. c0 + w - 1. Such a group reads a w x w block whose rows (one per
   lane, `step` apart) are contiguous: load k of the group is column k of the block, so the renderer loads the rows as
   vectors and transposes them in registers (a transposing copy's tile: NCHW <-> NHWC, a weight transposed)."""
@@ -469,11 +469,10 @@ def _strided_columns(program: list, width: dict) -> dict:
     groups.setdefault((stretch, u.src[0], terms, _lane_step(u)), []).append((offset, u))
   out: dict = {}
   for members in groups.values():
-    w = width[members[0][1]]
-    offsets = sorted(o for o, _ in members)
-    if offsets != list(range(offsets[0], offsets[0] + w)): continue
-    first = members[0][1]  # (in program order: rendered first)
-    for o, u in members: out[u] = (first, o - offsets[0], offsets[0] - members[0][0])
+    offsets = [o for o, _ in members]
+    if not whole_block(offsets, width[members[0][1]]): continue
+    start, first = min(offsets), members[0][1]  # (the first in program order: rendered first)
+    for o, u in members: out[u] = (first, o - start, start - members[0][0])
   return out
 
 
