@@ -862,3 +862,44 @@ def test_loops_around_loops_are_not_unrolled():
     (source,) = _compile_checked(fn, (torch.randn(shape),))[0].sources
     marks = [line.rsplit(" ", 1)[-1] for line in source.splitlines() if "!llvm.loop" in line]
     assert marks[0] == "!0" and outer in marks[1:], marks  # (the innermost loop's back edge comes first)
+
+
+
+def test_big_weight_gradient_runs_after_the_others(monkeypatch):
+  """A backward graph's first output, the token embedding's gradient (here 4 MiB), is computed after the first
+  layer's weight gradients (core/schedule.py _freeing_first_order's second order, taken where its simulated peak is
+  lower): depth-first from the outputs it came right after the input gradient's chain, and the activation gradients
+  those weight gradients read were held beside it. The backward's planned peak (the executor's, buffers as if each
+  were allocated alone) is below that order's; gradients match eager's."""
+  from torch_uop.testing import zoo
+  if zoo.library_missing("transformers"): pytest.skip("transformers is not installed (the test extra brings it)")
+  import transformers  # (library_missing has made torchvision importable beside the CPU torch: transformers imports it)
+  from torch_uop.core import schedule
+  torch.manual_seed(0)
+  cfg = transformers.GPT2Config(n_embd=128, n_head=2, n_layer=1, vocab_size=8192, n_positions=128, use_cache=False,
+                                attn_implementation="sdpa", bos_token_id=0, eos_token_id=0)
+  model = transformers.GPT2Model(cfg).eval()
+  ids = torch.randint(0, 8192, (1, 128))
+  ramp = torch.linspace(-1, 1, 128 * 128).reshape(1, 128, 128)
+
+  def step(m):
+    for p in model.parameters(): p.grad = None
+    (m(ids).last_hidden_state * ramp).mean().backward()
+
+  def compiled_backward():
+    torch._dynamo.reset()
+    with torch_uop.debug.capture() as graphs: step(torch.compile(model, backend="uop", options=FRESH))
+    shapes = [tuple(s.shape) for kind, s in graphs[-1].plan.steps if kind == "kernel"]
+    return graphs[-1].peak_bytes_unplanned, shapes, [p.grad.clone() for p in model.parameters()]
+
+  deferred, shapes, grads = compiled_backward()
+  order = schedule._StepGraph.order
+  monkeypatch.setattr(schedule._StepGraph, "order", lambda g, defer_sinks: order(g, defer_sinks=False))
+  plain, plain_shapes, _ = compiled_backward()
+  step(model)
+  for got, p in zip(grads, model.parameters()):
+    torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-5)
+  wte, c_attn = (8192, 128), (128, 384, 1)  # the embedding's gradient, the qkv weight's (as its kernel writes it)
+  assert plain_shapes.index(wte) < plain_shapes.index(c_attn)  # the depth-first order: what made the peak
+  assert shapes.index(wte) > shapes.index(c_attn)
+  assert deferred < plain

@@ -282,49 +282,99 @@ def _freeing_first_order(nodes: list, realized: set, keep: set) -> list:
   transposed) keeps its place: what it reads may not be freed after it (a saved activation that is a view of a buffer
   other saved tensors hold, a user's input), while its result would be held the longer (DeiT-tiny's backward made
   all twelve layers' transposed keys first: +1.8 MB at its peak). Fallback steps keep their relative order (each
-  waits for the one before: torch's random generator is drawn in graph order)."""
-  steps = [n for n in nodes if n.op is Ops.FALLBACK or (n in realized and not _is_buffer(n))]
-  index = {n: i for i, n in enumerate(steps)}
-  deps, readers = {}, {n: [] for n in steps}
-  previous_fallback = None
-  input_bytes = {}
-  for n in steps:
-    found, inputs = _step_inputs(n, realized)
-    deps[n] = {d for d in found if d in index and d is not n}
-    input_bytes[n] = sum(hint(b.shape[0]) * b.dtype.itemsize for b in inputs)
-    if n.op is Ops.FALLBACK:
-      if previous_fallback is not None: deps[n].add(previous_fallback)
-      previous_fallback = n
-    for d in deps[n]: readers[d].append(n)
-  size = {n: 0 if n.op is Ops.FALLBACK else math.prod(hint(x) for x in n.shape) * n.dtype.itemsize for n in steps}
-  unrun_readers = {n: len(readers[n]) for n in steps}
-  waits = {n: len(deps[n]) for n in steps}
-  position: dict = {}
-  ready = {n for n in steps if not waits[n]}
+  waits for the one before: torch's random generator is drawn in graph order).
 
-  allocated = {n: 0 if n in keep else size[n] for n in steps}
-  condenses = {n: allocated[n] <= sum(size[d] for d in deps[n]) if deps[n] else
-               allocated[n] < input_bytes[n] and _reduces(n, realized) for n in steps}
+  A second order defers sinks, graph outputs no step reads (weights' gradients): their bytes count as allocated, and
+  one that allocates more than it frees waits while another step is ready. Depth-first from the outputs, a backward
+  graph's first output, the token embedding's gradient (GPT-2's: 147 MB), comes right after the input gradient's
+  chain, while the first layer's weight gradients and what they read are still to come; eager makes it last. The
+  order whose simulated peak (results allocated at their step, intermediates and inputs gone after their last
+  reader) is lower is taken, the first on a tie."""
+  g = _StepGraph(nodes, realized, keep)
+  plain = g.order(defer_sinks=False)
+  if not g.sinks: return plain
+  deferred = g.order(defer_sinks=True)
+  return deferred if g.peak(deferred) < g.peak(plain) else plain
 
-  def gain(n):  # (whether to run it now, the bytes it frees net of what it allocates, the newest result it reads)
-    freed = sum(size[d] for d in deps[n] if unrun_readers[d] == 1 and d not in keep)
-    now = freed > allocated[n] or condenses[n] or any(waits[r] == 1 and condenses[r] for r in readers[n])
-    return (now, freed - allocated[n], max((position[d] for d in deps[n]), default=-1), -index[n])
 
-  order, next_in_graph_order = [], 0
-  while len(order) < len(steps):
-    best = max(ready, key=gain, default=None)
-    if best is None or not gain(best)[0]:
-      while steps[next_in_graph_order] in position: next_in_graph_order += 1
-      best = steps[next_in_graph_order]  # every step before it has run: it is ready
-    ready.discard(best)
-    position[best] = len(order)
-    order.append(best)
-    for d in deps[best]: unrun_readers[d] -= 1
-    for r in readers[best]:
-      waits[r] -= 1
-      if not waits[r]: ready.add(r)
-  return order
+class _StepGraph:
+  """The steps of a schedule with what each reads and writes, for _freeing_first_order."""
+
+  def __init__(self, nodes: list, realized: set, keep: set):
+    self.steps = steps = [n for n in nodes if n.op is Ops.FALLBACK or (n in realized and not _is_buffer(n))]
+    self.index = {n: i for i, n in enumerate(steps)}
+    self.deps, self.readers, self.inputs = {}, {n: [] for n in steps}, {}
+    self.keep, self.realized = keep, realized
+    previous_fallback = None
+    for n in steps:
+      found, self.inputs[n] = _step_inputs(n, realized)
+      self.deps[n] = {d for d in found if d in self.index and d is not n}
+      if n.op is Ops.FALLBACK:
+        if previous_fallback is not None: self.deps[n].add(previous_fallback)
+        previous_fallback = n
+      for d in self.deps[n]: self.readers[d].append(n)
+    self.size = {n: 0 if n.op is Ops.FALLBACK else math.prod(hint(x) for x in n.shape) * n.dtype.itemsize for n in steps}
+    self.sinks = {n for n in steps if n in keep and not self.readers[n] and n.op is not Ops.FALLBACK}
+
+  def order(self, defer_sinks: bool) -> list:
+    steps, index, deps, readers, size, keep = self.steps, self.index, self.deps, self.readers, self.size, self.keep
+    sink = self.sinks if defer_sinks else set()
+    unrun_readers = {n: len(readers[n]) for n in steps}
+    waits = {n: len(deps[n]) for n in steps}
+    position: dict = {}
+    ready = {n for n in steps if not waits[n]}
+    allocated = {n: 0 if n in keep and n not in sink else size[n] for n in steps}
+    input_bytes = {n: sum(_nbytes(b) for b in self.inputs[n]) for n in steps}
+    condenses = {n: allocated[n] <= sum(size[d] for d in deps[n]) if deps[n] else
+                 allocated[n] < input_bytes[n] and _reduces(n, self.realized) for n in steps}
+
+    def gain(n):  # (whether to run it now, the bytes it frees net of what it allocates, the newest result it reads)
+      freed = sum(size[d] for d in deps[n] if unrun_readers[d] == 1 and d not in keep)
+      now = freed > allocated[n] or condenses[n] or any(waits[r] == 1 and condenses[r] for r in readers[n])
+      return (now, freed - allocated[n], max((position[d] for d in deps[n]), default=-1), -index[n])
+
+    def waits_as_sink(n): return n in sink and gain(n)[1] < 0
+
+    order, next_in_graph_order = [], 0
+    while len(order) < len(steps):
+      best = max(ready, key=gain, default=None)
+      if best is None or not gain(best)[0]:
+        while steps[next_in_graph_order] in position: next_in_graph_order += 1
+        best = steps[next_in_graph_order]  # every step before it has run: it is ready
+        if waits_as_sink(best):
+          # the first ready step that is not such a sink runs instead; when only such sinks are left, the one freeing
+          # most (the peak at the end is the results plus what the last one reads)
+          others = [n for n in ready if not waits_as_sink(n)]
+          best = min(others, key=index.get) if others else \
+              max(ready, key=lambda n: (gain(n)[1] + allocated[n], -index[n]))
+      ready.discard(best)
+      position[best] = len(order)
+      order.append(best)
+      for d in deps[best]: unrun_readers[d] -= 1
+      for r in readers[best]:
+        waits[r] -= 1
+        if not waits[r]: ready.add(r)
+    return order
+
+  def peak(self, order: list) -> int:
+    """The most bytes held while the steps run in `order`: the graph's inputs at first, each step's result from its
+    step on, an intermediate or input gone after its last reader (outputs stay)."""
+    last: dict = {}
+    for i, n in enumerate(order):
+      for d in self.deps[n] | self.inputs[n]: last[d] = i
+    gone: dict = {}
+    for d, i in last.items():
+      if d not in self.keep: gone.setdefault(i, []).append(d)
+    held = sum(_nbytes(b) for b in last if b not in self.size)
+    top = held
+    for i, n in enumerate(order):
+      held += self.size[n]
+      top = max(top, held)
+      held -= sum(self.size[d] if d in self.size else _nbytes(d) for d in gone.get(i, ()))
+    return top
+
+
+def _nbytes(buffer: UOp) -> int: return hint(buffer.shape[0]) * buffer.dtype.itemsize
 
 
 def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_strides: dict | None = None,
