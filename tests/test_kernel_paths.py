@@ -864,7 +864,6 @@ def test_loops_around_loops_are_not_unrolled():
     assert marks[0] == "!0" and outer in marks[1:], marks  # (the innermost loop's back edge comes first)
 
 
-
 def test_big_weight_gradient_runs_after_the_others(monkeypatch):
   """A backward graph's first output, the token embedding's gradient (here 4 MiB), is computed after the first
   layer's weight gradients (core/schedule.py _freeing_first_order's second order, taken where its simulated peak is

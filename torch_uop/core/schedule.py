@@ -313,7 +313,7 @@ class _StepGraph:
         if previous_fallback is not None: self.deps[n].add(previous_fallback)
         previous_fallback = n
       for d in self.deps[n]: self.readers[d].append(n)
-    self.size = {n: 0 if n.op is Ops.FALLBACK else math.prod(hint(x) for x in n.shape) * n.dtype.itemsize for n in steps}
+    self.size = {n: 0 if n.op is Ops.FALLBACK else _nbytes(n) for n in steps}
     self.sinks = {n for n in steps if n in keep and not self.readers[n] and n.op is not Ops.FALLBACK}
 
   def order(self, defer_sinks: bool) -> list:
@@ -365,16 +365,17 @@ class _StepGraph:
     gone: dict = {}
     for d, i in last.items():
       if d not in self.keep: gone.setdefault(i, []).append(d)
-    held = sum(_nbytes(b) for b in last if b not in self.size)
+    def nbytes(u): return self.size[u] if u in self.size else _nbytes(u)  # a step's result (a fallback's: 0), an input
+    held = sum(nbytes(b) for b in last if b not in self.size)
     top = held
     for i, n in enumerate(order):
       held += self.size[n]
       top = max(top, held)
-      held -= sum(self.size[d] if d in self.size else _nbytes(d) for d in gone.get(i, ()))
+      held -= sum(nbytes(d) for d in gone.get(i, ()))
     return top
 
 
-def _nbytes(buffer: UOp) -> int: return hint(buffer.shape[0]) * buffer.dtype.itemsize
+def _nbytes(u: UOp) -> int: return math.prod(hint(x) for x in u.shape) * u.dtype.itemsize
 
 
 def schedule(roots: list[UOp], first_free_slot: int, input_slots: dict, root_strides: dict | None = None,
