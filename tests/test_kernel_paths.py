@@ -181,25 +181,28 @@ def test_staged_panels_are_copied_once_per_panel():
   assert gemm.opts.split_axis == 1                          # the panel axis outermost
 
 
-@pytest.mark.parametrize("m,k,n,packed", [(64, 128, 8192, True), (97, 256, 4096, True), (64, 128, 8160, False),
-                                          (32, 128, 8192, False), (256, 128, 8192, True), (256, 512, 1024, False),
-                                          (197, 192, 768, False), (64, 768, 768, False), (128, 896, 2048, True),
-                                          (64, 4608, 256, True), (64, 9216, 128, True)])
+@pytest.mark.parametrize("m,k,n", [(64, 128, 8192), (97, 256, 4096), (64, 128, 8160), (32, 128, 8192), (256, 128, 8192),
+                                   (256, 512, 1024), (197, 192, 768), (64, 768, 768), (128, 896, 2048), (64, 4608, 256),
+                                   (64, 9216, 128), (64, 768, 6144)])
 @pytest.mark.parametrize("transposed", [False, True], ids=["x@W", "x@W.T"])
-def test_gemm_over_packed_weight_panels(m, k, n, packed, transposed):
+def test_gemm_over_packed_weight_panels(m, k, n, transposed):
   """x @ W with W [K, N] bigger than linalg.SWEEP_CACHE_BYTES (GPT-2's Conv1D layers), or x @ W.T with W [N, K]
-  bigger than linalg.PACK_MIN_BYTES (nn.Linear), reads W through panels of linalg.PANEL columns copied contiguous, when N is whole panels and there are
-  rows enough to reuse them (for x @ W.T on a CPU with 16 vector registers: from linalg.PACK_MIN_ROWS rows, a W
-  within SWEEP_CACHE_BYTES, a K of at most SHORT_REDUCE_PER_ROW times the rows or an x past SWEEP_CACHE_BYTES); the
-  result, a fused epilogue and the gradients match eager either way. A panel within the CPU's stage_bytes
-  (runtime/cpu.py stage_budget, at most 1 MiB) is packed by the GEMM kernel itself into a local array (no copy in
-  memory); a longer one is copied by a kernel first."""
+  bigger than linalg.PACK_MIN_BYTES or reduced over at most linalg.PACK_SHORT_K (nn.Linear), reads W through panels
+  of linalg.PANEL columns copied contiguous, when N is whole panels and there are rows enough to reuse them (for
+  x @ W.T on a CPU with 16 vector registers: from linalg.PACK_MIN_ROWS rows, a W within SWEEP_CACHE_BYTES, a K of at
+  most SHORT_REDUCE_PER_ROW times the rows or an x past SWEEP_CACHE_BYTES); the result, a fused epilogue and the
+  gradients match eager either way. A panel within the CPU's stage_bytes (runtime/cpu.py stage_budget, at most 1 MiB)
+  is packed by the GEMM kernel itself into a local array (no copy in memory); a longer one is copied by a kernel
+  first."""
   from torch_uop.runtime.cpu import vector_unit
-  if transposed and vector_unit().registers < 32:
+  if transposed and vector_unit().registers < 32:  # 16 registers
     w_within_l2, x_past_l2 = k * n * 4 <= linalg.SWEEP_CACHE_BYTES, m * k * 4 > linalg.SWEEP_CACHE_BYTES
     short_k = k <= linalg.SHORT_REDUCE_PER_ROW * m
     packed = m >= linalg.PACK_MIN_ROWS and n % linalg.PANEL == 0 and (w_within_l2 or short_k or x_past_l2)
-  elif not transposed:  # x @ W packs from SWEEP_CACHE_BYTES on any CPU, not PACK_MIN_BYTES
+  elif transposed:  # 32 registers: a K of at most PACK_SHORT_K, or a W from PACK_MIN_BYTES
+    short_k, big_w = k <= linalg.PACK_SHORT_K, k * n * 4 >= linalg.PACK_MIN_BYTES
+    packed = m >= linalg.PACK_MIN_ROWS and n % linalg.PANEL == 0 and (short_k or big_w)
+  else:  # x @ W packs from SWEEP_CACHE_BYTES on any CPU, not PACK_MIN_BYTES
     packed = m >= linalg.PACK_MIN_ROWS and n % linalg.PANEL == 0 and k * n * 4 >= linalg.SWEEP_CACHE_BYTES
   torch.manual_seed(0)
   x, w, bias = torch.randn(m, k, requires_grad=True), torch.randn(*((n, k) if transposed else (k, n)), requires_grad=True), torch.randn(n)

@@ -67,6 +67,7 @@ PANEL = 2 * VECTOR_UPCAST   # columns of b per packed panel: a whole register ti
 PACK_MIN_BYTES = 4 << 20    # a W.T (read along K) this big is packed on a CPU with 32 registers, and any b on a GPU
 PACK_MIN_ROWS = 64          # enough rows that each panel is reused by several tiles (the copy costs one pass over b)
 SHORT_REDUCE_PER_ROW = 6   # x @ W.T with 16 vector registers: packed where K is at most this many times the rows (below)
+PACK_SHORT_K = 640          # x @ W.T with 32 vector registers: packed where K is at most this, whatever W's size (below)
 
 
 def _packs(a: LT, b: LT) -> bool:
@@ -87,7 +88,13 @@ def _packs(a: LT, b: LT) -> bool:
   is past L2. Hot caches, one process, K-SIMD / packed ms on a Zen 3: DeiT-tiny's fc1 197 x 192 x 768 0.50 / 0.38,
   ViT-base's 197 x 768 x 768 1.62 / 1.42, BERT's 128 x 768 x 768 1.01 / 0.91 and 128 x 3072 x 768 4.94 / 4.78;
   where none holds the copy costs more than it saves: 64 x 768 x 768 0.47 / 0.50, Qwen2's 128 x 896 x 4864 8.1 /
-  8.7. With 32 registers (4x4 K-SIMD tiles) W is packed from PACK_MIN_BYTES."""
+  8.7. With 32 registers (4x4 K-SIMD tiles) W is packed where K is at most PACK_SHORT_K, and from PACK_MIN_BYTES.
+  Hot caches, two threads of a Zen 4, GFLOP/s K-SIMD / packed: 256 x 128 x 512 139 / 212, DeiT-tiny's fc1 197 x 192 x
+  768 170 / 220, 128 x 256 x 1024 181 / 216, 64 x 256 x 1024 174 / 204, 196 x 384 x 1536 196 / 213, 197 x 512 x 512
+  200 / 218, SmolLM's 128 x 576 x 576 195 / 208 and 128 x 576 x 1536 206 / 216. A K-SIMD tile ends each output in a
+  horizontal sum, which a longer K amortizes: from K = 768 on the two are about even and packing sometimes loses
+  (128 x 768 x 768 214 / 219, 512 x 768 x 768 208 / 226, but 197 x 768 x 3072 210 / 207, 64 x 768 x 768 212 / 208,
+  128 x 1024 x 1024 211 / 211, 128 x 3072 x 768 207 / 205)."""
   *batch, m, k = a.shape
   n = b.shape[-1]
   if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
@@ -97,6 +104,7 @@ def _packs(a: LT, b: LT) -> bool:
   along_k = _column_major(b)
   if along_k and vectors.registers < 32:
     return k * n * size <= SWEEP_CACHE_BYTES or k <= SHORT_REDUCE_PER_ROW * m or m * k * size > SWEEP_CACHE_BYTES
+  if along_k and k <= PACK_SHORT_K: return True
   return k * n * size >= (PACK_MIN_BYTES if along_k else SWEEP_CACHE_BYTES)
 
 
