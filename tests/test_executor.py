@@ -308,9 +308,10 @@ def test_helpers_compile_while_codegen_goes_on(monkeypatch, tmp_path, own_worker
   """Modules go to an idle helper as soon as PARALLEL_MIN_BYTES of them are generated, not after the last kernel is
   built; each helper holds one request at a time, and the objects come back in the kernels' order (the graph's
   output matches eager in _transformer_graphs)."""
-  from torch_uop.runtime import cpu, executor
+  from torch_uop import pipeline
+  from torch_uop.runtime import cpu
   built, at_submit, in_flight = [0], [], []
-  original_build, original_submit, original_run = executor.build_kernel, cpu.CompileWorkers.submit, cpu.CompileWorkers._run
+  original_build, original_submit, original_run = pipeline.build_kernel, cpu.CompileWorkers.submit, cpu.CompileWorkers._run
   def counting_build(*a, **kw):
     built[0] += 1
     return original_build(*a, **kw)
@@ -322,7 +323,7 @@ def test_helpers_compile_while_codegen_goes_on(monkeypatch, tmp_path, own_worker
     in_flight.append(proc)
     try: original_run(self, proc, request, pending, i)
     finally: in_flight.remove(proc)
-  monkeypatch.setattr(executor, "build_kernel", counting_build)
+  monkeypatch.setattr(pipeline, "build_kernel", counting_build)
   monkeypatch.setattr(cpu.CompileWorkers, "submit", recording_submit)
   monkeypatch.setattr(cpu.CompileWorkers, "_run", one_at_a_time)
   g, workers = _transformer_graphs(monkeypatch, 2, tmp_path)
@@ -435,9 +436,10 @@ def test_bfloat16_narrowing_that_llvm_leaves_to_a_library_call():
 def test_kernels_of_one_structure_are_built_once(monkeypatch):
   """Layers that differ only in their weights share one built and rendered kernel, launched with each layer's own
   buffers; kernels that read an input with other strides are built each for itself."""
+  from torch_uop import pipeline
   built = []
-  real_build = executor.build_kernel
-  monkeypatch.setattr(executor, "build_kernel", lambda item, name, *a, **k: built.append(name) or real_build(item, name, *a, **k))
+  real_build = pipeline.build_kernel
+  monkeypatch.setattr(pipeline, "build_kernel", lambda item, name, *a, **k: built.append(name) or real_build(item, name, *a, **k))
   torch.manual_seed(0)
   params = [torch.randn(48, 48) for _ in range(3)] + [torch.randn(48) for _ in range(3)]
 

@@ -184,6 +184,36 @@ def test_debug_levels_and_torch_logs_reach_the_logger(env, shows, hides):
   for s in hides: assert s not in r.stderr, r.stderr[-2000:]
 
 
+@pytest.mark.parametrize("after,shows,hides", [
+  ("schedule,steps", ["inference1 after schedule:", "mul+relu[8]", "inference1 after steps:", "step 0: kernel inference1_k0"],
+   ["after codegen:", "define void"]),
+  ("codegen", ["inference1 after codegen:", "define void @inference1_k0("], ["after schedule:"]),
+  ("all", [f"inference1 after {name}:" for name in ("outputs", "schedule", "search", "codegen", "compile", "steps")], []),
+])
+def test_debug_after_logs_what_a_named_pass_made(after, shows, hides):
+  """TORCH_UOP_DEBUG_AFTER names pipeline passes (torch_uop/pipeline.py PASSES); what each made is logged, in pass
+  order, and the graph still matches eager."""
+  env = {**{k: v for k, v in os.environ.items() if k not in ("TORCH_UOP_DEBUG", "TORCH_LOGS")}, "TORCH_UOP_DEBUG_AFTER": after}
+  r = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=180)
+  assert r.returncode == 0, r.stderr[-2000:]
+  for s in shows: assert s in r.stderr, r.stderr[-3000:]
+  for s in hides: assert s not in r.stderr, r.stderr[-3000:]
+  at = [r.stderr.index(s) for s in shows if " after " in s]
+  assert at == sorted(at)
+
+
+def test_pipeline_lists_its_passes_and_refuses_unknown_ones():
+  """`python -m torch_uop.debug pipeline` prints the passes in the order they run; an unknown pass name in
+  debug_after is an error that lists them, not a silent no-op."""
+  from torch_uop.pipeline import PASS_NAMES
+  r = subprocess.run([sys.executable, "-m", "torch_uop.debug", "pipeline"], capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-2000:]
+  lines = [line.split()[1] for line in r.stdout.splitlines() if re.match(r"\d+\. ", line)]
+  assert tuple(lines) == PASS_NAMES and "schedule" in lines and "codegen" in lines
+  with pytest.raises(ValueError, match="passes: outputs, schedule"):
+    Config.from_options({"debug_after": "schedule,fusion"})
+
+
 def test_set_logs_routes_torch_uop_messages(records, monkeypatch):
   monkeypatch.setenv("TORCH_UOP_GRAPH_CACHE", "0")
   torch._logging.set_logs(modules={"torch_uop": logging.INFO})

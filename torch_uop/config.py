@@ -10,8 +10,9 @@ graph with symbolic sizes once, with size variables in its kernels; off: a stati
 lowering/freezing.py; default off), `keep_arena` (bool: every graph keeps its intermediates' memory between calls,
 not only small ones; default off), `recompute` (bool: training graphs are split by the min-cut partitioner, as
 Inductor's are, so the backward recomputes cheap pointwise ops instead of the forward saving their results;
-default on).
-Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu|opencl (TORCH_UOP_OPENCL_DEVICE picks
+default on), `debug_after` (str: pipeline passes whose result is logged, "schedule,codegen" or "all";
+torch_uop/pipeline.py).
+Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_DEBUG_AFTER=passes, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu|opencl (TORCH_UOP_OPENCL_DEVICE picks
 the OpenCL device, runtime/opencl.py), TORCH_UOP_BEAM=N, TORCH_UOP_GRAPH_CACHE=0,
 TORCH_UOP_SYMBOLIC_SHAPES=0, TORCH_UOP_FREEZING=1, TORCH_UOP_RECOMPUTE=0; the
 kernel disk cache reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over
@@ -65,6 +66,7 @@ class Config:
   freezing: bool = False
   keep_arena: bool = False
   recompute: bool = True
+  debug_after: str = ""
 
   @staticmethod
   def from_options(options: dict | None = None, mode: str | None = None) -> Config:
@@ -75,7 +77,8 @@ class Config:
                  graph_cache=_coerce("TORCH_UOP_GRAPH_CACHE", os.environ.get("TORCH_UOP_GRAPH_CACHE", "1"), bool),
                  symbolic_shapes=_coerce("TORCH_UOP_SYMBOLIC_SHAPES", os.environ.get("TORCH_UOP_SYMBOLIC_SHAPES", "1"), bool),
                  freezing=_coerce("TORCH_UOP_FREEZING", os.environ.get("TORCH_UOP_FREEZING", "0"), bool),
-                 recompute=_coerce("TORCH_UOP_RECOMPUTE", os.environ.get("TORCH_UOP_RECOMPUTE", "1"), bool))
+                 recompute=_coerce("TORCH_UOP_RECOMPUTE", os.environ.get("TORCH_UOP_RECOMPUTE", "1"), bool),
+                 debug_after=os.environ.get("TORCH_UOP_DEBUG_AFTER", ""))
     if mode is not None and mode not in MODES:
       raise ValueError(f"torch_uop: unknown mode {mode!r}; modes: {sorted(MODES)}")
     known = {f.name for f in fields(Config)}
@@ -88,4 +91,7 @@ class Config:
       opencl_device()
     if not 0 <= cfg.opt_level <= 3: raise ValueError(f"torch_uop: opt_level must be 0..3, got {cfg.opt_level}")
     if cfg.beam < 0: raise ValueError(f"torch_uop: beam must be >= 0 (0: no search), got {cfg.beam}")
+    if cfg.debug_after:
+      from torch_uop.pipeline import parse_debug_after
+      parse_debug_after(cfg.debug_after)  # an unknown pass name is an error here, not a silent no-op
     return cfg

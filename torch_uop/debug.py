@@ -10,6 +10,7 @@ make_fx, without Dynamo or AOTAutograd, and compiles it; the returned `CompiledG
 `kernel_work(graph)` gives each kernel's bytes moved and FLOPs, keyed like `profile()`'s steps.
 `peak_alloc_bytes(call)` is the most memory torch's CPU allocator held during `call()` above what it held before.
 (Under `torch.profiler.profile()` the same steps appear in the trace as `uop:<graph>:k<n> <ops>[<shape>]`.)
+`python -m torch_uop.debug pipeline` prints the compile pipeline's passes (torch_uop/pipeline.py).
 
     with torch_uop.debug.capture() as graphs:
       torch.compile(fn, backend="uop")(x)
@@ -17,6 +18,7 @@ make_fx, without Dynamo or AOTAutograd, and compiles it; the returned `CompiledG
 """
 from __future__ import annotations
 import contextlib
+import sys
 import torch
 import torch.utils._pytree as pytree
 
@@ -185,3 +187,18 @@ def peak_alloc_bytes(call) -> int:
   first = allocs[0].extra_fields
   before = first.total_allocated - first.alloc_size
   return max(a.extra_fields.total_allocated for a in allocs) - before
+
+
+def _main(argv: list) -> int:
+  """`python -m torch_uop.debug pipeline`: the compile pipeline's passes in order."""
+  if argv == ["pipeline"]:
+    from torch_uop.pipeline import describe_pipeline
+    print(describe_pipeline())
+    print("\nTORCH_UOP_DEBUG_AFTER=<pass>[,<pass>...] (or \"all\") logs what a pass produced.")
+    return 0
+  print("usage: python -m torch_uop.debug pipeline", file=sys.stderr)
+  return 2
+
+
+if __name__ == "__main__":
+  sys.exit(_main(sys.argv[1:]))

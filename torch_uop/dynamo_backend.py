@@ -148,6 +148,7 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   from torch_uop.lowering.graph import lower_graph, WholeGraphFallback
   from torch_uop.lowering.specialize import has_symbolic_sizes
   from torch_uop.runtime.executor import CompiledGraph
+  from torch_uop.pipeline import parse_debug_after
   from torch_uop.runtime import graph_cache
   import torch_uop.lowering  # noqa: F401  fills the registry
   st = _metrics.state()
@@ -181,7 +182,8 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
   try:
     name = _graph_name(kind, specialization)
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
-                             beam=config.beam, target=target, constant_inputs=constant_inputs)
+                             beam=config.beam, target=target, constant_inputs=constant_inputs,
+                             debug_after=parse_debug_after(config.debug_after))
   except Exception as e:  # a scheduling or compile bug must never break the user's program
     _log.debug("compiling %s failed", name, exc_info=True)
     if recorder is not None: recorder.graph(kind, gm, None)
@@ -221,10 +223,10 @@ def graph_target(gm: torch.fx.GraphModule, config: Config):
 
 def _graph_cache_on(config: Config) -> bool:
   """The graph cache serves graphs unless it is off, the disk cache is off, or someone inspects kernels (debug >= 2,
-  torch_uop.debug.capture): a cached graph has no kernel ASTs or sources."""
+  debug_after, torch_uop.debug.capture): a cached graph has no kernel ASTs or sources, and runs no pipeline pass."""
   from torch_uop.runtime import cache, executor
   return config.graph_cache and cache.cache_dir() is not None and config.debug < 2 and not executor._observers \
-      and not config.fallback_whole_graph
+      and not config.fallback_whole_graph and not config.debug_after
 
 
 def _graph_from_entry(entry, config: Config, kind: str, t0: float, specialization: bool = False):
@@ -275,6 +277,7 @@ def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config,
   from torch_uop.lowering.graph import lower_graph
   from torch_uop.lowering.specialize import SizeVars
   from torch_uop.runtime.executor import CompiledGraph
+  from torch_uop.pipeline import parse_debug_after
   from torch_uop.core.sym import SizeContext
   import torch_uop.lowering  # noqa: F401  fills the registry
   st = _metrics.state()
@@ -287,7 +290,8 @@ def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config,
     st["compile_time_s"]["lowering"] += time.perf_counter() - t0
     name = f"{kind}{st['graphs_compiled']}_sym{st['symbolic_graphs']}"
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
-                             size_vars=list(sizes.vars.values()), target=target)
+                             size_vars=list(sizes.vars.values()), target=target,
+                             debug_after=parse_debug_after(config.debug_after))
   if compiled.storage_offset_guards: raise NotImplementedError("storage offset guards")
   compiled.keep_arena = config.keep_arena
   if sizes.torch_decisions() != decided: raise NotImplementedError("a lowering turned a torch SymInt into an int")
@@ -530,7 +534,7 @@ def uop_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None =
   config = Config.from_options({**(options or {}), **kwargs}, mode)
   if "freezing" not in {**(options or {}), **kwargs} and "TORCH_UOP_FREEZING" not in os.environ:
     config.freezing = _inductor_freezing()  # a user who turned on Inductor's freezing gets torch_uop's
-  log.show_debug_output(config.debug)
+  log.show_debug_output(max(config.debug, 1 if config.debug_after else 0))
   t0 = time.perf_counter()
   # (a frozen graph's callable is made at each compile: the Dynamo-level cache, which skips AOTAutograd, is off)
   key = graph_cache.dynamo_key(gm, example_inputs, config) if _graph_cache_on(config) and not config.freezing else None

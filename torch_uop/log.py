@@ -1,6 +1,7 @@
 """Diagnostics through Python's `logging`: the `torch_uop` logger and one child per stage.
 
-Children: `torch_uop.compile` (a graph compiled, specialized or taken from the graph cache), `torch_uop.fallback`
+Children: `torch_uop.compile` (a graph compiled, specialized or taken from the graph cache), `torch_uop.pipeline`
+(what a named pass made, TORCH_UOP_DEBUG_AFTER), `torch_uop.fallback`
 (an op or a whole graph run by torch), `torch_uop.kernels` (kernel lists and sources), `torch_uop.search` (BEAM),
 `torch_uop.cache` (the disk cache), `torch_uop.freezing`, `torch_uop.progress`.
 

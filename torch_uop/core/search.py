@@ -139,7 +139,7 @@ class _Bench:
     from torch_uop.core.renderer.llvmir import render_kernel
     from torch_uop.runtime.cpu import CPUProgram
     from torch_uop.runtime import threads
-    from torch_uop.runtime.executor import _kernel_work
+    from torch_uop.pipeline import kernel_work
     torch = self.torch
     ptrs = None
     try:
@@ -152,7 +152,7 @@ class _Bench:
     except Exception:
       return None
     if ptrs is not None:
-      n_threads = threads.max_threads(k.split_size, _kernel_work(k))
+      n_threads = threads.max_threads(k.split_size, kernel_work(k))
       launch = lambda: threads.launch(fn, ptrs, k.split_size, n_threads)
     out = self.buffers[self.item.out_slot]
     with _one_torch_thread(torch):  # torch's own small ops crawl when its threads fight ours for the cores

@@ -1,9 +1,8 @@
 """The executor: a LoweredGraph -> the callable PyTorch calls in place of the FX graph.
 
-At compile time: schedule the tensor graph, build and linearize each kernel, render each kernel as
-its own LLVM module (named by a digest of its code, so equal kernels are one function and a kernel
-compiled before loads from the disk cache), compile them (runtime/cpu.py), and plan every step
-(which buffers to allocate, which to free after their last use). Intermediates that only kernels touch share one arena: each gets an offset,
+At compile time `CompiledGraph` runs the compile pipeline (torch_uop/pipeline.py: outputs, schedule, search,
+codegen, compile, steps) and plans every step it returns: which buffers to allocate, which to free after their last
+use. Intermediates that only kernels touch share one arena: each gets an offset,
 and two share bytes only if their lifetimes do not overlap; an arena up to ARENA_KEEP_BYTES is
 allocated once and kept (guarded by a lock), a bigger one once per call. At the first call the call
 path is generated as straight-line Python (`call_source`): check each input's dtype, shape and
@@ -12,13 +11,11 @@ with its buffers' addresses, bigger ones through runtime/threads.py, run fallbac
 outputs. Anything else (another layout, a storage offset guard, complex values, the arena in use by
 another thread) takes `_call_general`. Outputs are allocated by torch, never in the arena, with the
 strides eager gives them (AOTAutograd compiles the backward for the saved tensors' eager layouts).
-On a GPU-style target (runtime/devices.py: OpenCL, CUDA) kernels are rendered as C and built into one program
-per graph; each kernel step gets a launcher that knows its buffers' sizes and work-item counts, and a target
-whose launches only enqueue (OpenCL on host memory) is synchronized before every host step and the return.
+On a GPU-style target (runtime/devices.py: OpenCL, CUDA) each kernel step gets a launcher that knows its buffers'
+sizes and work-item counts, and a target whose launches only enqueue (OpenCL on host memory) is synchronized before
+every host step and the return.
 """
 from __future__ import annotations
-import hashlib
-import logging
 import math
 import dataclasses
 from dataclasses import dataclass, field
@@ -26,32 +23,17 @@ import threading
 import time
 import torch
 from torch.autograd import profiler as _torch_profiler
-from torch_uop.core.dtypes import to_torch, dtypes
-from torch_uop.core.sym import Sym, is_sym, concrete, known_equal
-from torch_uop.core.uop import UOp, Ops, pretty
-from torch_uop.lowering.tensor import LT
-from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo
-from torch_uop.core.shapetracker import ShapeTracker, contiguous_strides
-from torch_uop.core.symbolic import simplify, base_and_offset
-from torch_uop.core.codegen import build_kernel, canonical_item, with_slots, vector_widths
-from torch_uop.core.search import beam_search
-from torch_uop.core.renderer.llvmir import render_kernel
-from torch_uop.core.renderer.cstyle import launch_items
+from torch_uop.core.dtypes import to_torch
+from torch_uop.core.sym import concrete
 from torch_uop.runtime.devices import Target, CPU
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
-from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported, parallel_entry_ir, openmp_supported, \
-    ModuleCompiles, module_text
+from torch_uop.runtime.cpu import CPUProgram, openmp_supported
 from torch_uop.runtime import threads
 from torch_uop.runtime.memory import advise_huge_pages, huge_page_advisor, HUGE_PAGE_MIN_BYTES
-from torch_uop import counters as _metrics, log, progress
+from torch_uop.pipeline import compile_lowered, FallbackStep, ENTRY_MAX_WORK
+from torch_uop import counters as _metrics, log
 
 _log = log.get("kernels")
-
-
-class _Timer:
-  def __init__(self, stage: str): self.stage = stage
-  def __enter__(self): self.t0 = time.perf_counter()
-  def __exit__(self, *a): _metrics.state()["compile_time_s"][self.stage] += time.perf_counter() - self.t0
 
 
 def _substitute(x, tensors):
@@ -62,8 +44,6 @@ def _substitute(x, tensors):
 
 # an arena up to this size is allocated once per graph and kept; a bigger one is allocated at each call
 ARENA_KEEP_BYTES = 16 << 20
-# kernels with less work than this (scalar operations, roughly) are called through a builtin launcher
-ENTRY_MAX_WORK = 1 << 17
 # alignment of each buffer in an arena (what torch's CPU allocator gives)
 ARENA_ALIGN = 64
 
@@ -71,34 +51,6 @@ try:  # torch's C++ allocation fast path (the one Inductor's generated code call
   from torch._C._dynamo.guards import _empty_strided_cpu as _empty_strided
 except ImportError:  # pragma: no cover
   def _empty_strided(shape, strides, dtype): return torch.empty_strided(shape, strides, dtype=dtype)
-
-
-@dataclass
-class KernelStep:
-  name: str          # the kernel's function in the program (a name derived from its code, see _kernel_symbol)
-  slots: list        # buffer slots it takes, output first
-  out_slot: int
-  shape: tuple
-  strides: tuple
-  dtype: torch.dtype
-  empty: bool        # the output has no elements: nothing to launch
-  split_size: int    # trip count of its thread-split loop
-  work: int          # scalar operations per call, roughly (_kernel_work)
-  entry: str | None  # its builtin launcher, for small kernels
-  parallel_entry: str | None = None  # its OpenMP launcher, for kernels worth several threads
-  label: str = ""    # the kernel's name in this graph (e.g. forward1_k3), for people reading profiles
-  split_arg: bool = False  # its launchers take the split size as an argument (a symbolic one)
-  items: int = 0     # GPU-style targets: output positions (work-items, or work-groups when grouped)
-  local_size: int = 0  # GPU-style targets: work-items per group of a grouped reduction
-  what: str = ""     # what it computes, for profiles: the ATen ops fused into it and its shape (_describe)
-
-
-@dataclass
-class FallbackStep:
-  op: object         # lowering.graph.FallbackOp
-  src_shapes: list   # the shape each tensor input had in the graph
-  in_slots: list
-  out_slots: dict    # result index of the op -> slot, only for results the graph reads
 
 
 @dataclass
@@ -139,21 +91,18 @@ class CompiledGraph:
   keep_arena = False
 
   def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph", beam: int = 0,
-               size_vars: list | None = None, target: Target = CPU, constant_inputs: frozenset = frozenset()):
-    """`size_vars`: the graph's size variables (DEFINE_VARs, in the order of the int64 buffer kernels read them
-    from) when its sizes are symbolic: built inside a core.sym.SizeContext, the result is a template whose
-    `instance(values)` is the graph for one call's sizes (kernels shared, only the plan made again).
-    `target`: where the kernels run (runtime/devices.py). `constant_inputs`: positions of inputs that every call
-    passes unchanged (frozen weights): the kernels that read only them run once, at the first call (the prologue),
-    and their results are kept until `refresh_constants()`."""
+               size_vars: list | None = None, target: Target = CPU, constant_inputs: frozenset = frozenset(),
+               debug_after: tuple = ()):
+    """Compile `lowered` (torch_uop/pipeline.py) and plan its steps. `size_vars`: the graph's size variables
+    (DEFINE_VARs, in the order of the int64 buffer kernels read them from) when its sizes are symbolic: built inside
+    a core.sym.SizeContext, the result is a template whose `instance(values)` is the graph for one call's sizes
+    (kernels shared, only the plan made again). `target`: where the kernels run (runtime/devices.py).
+    `constant_inputs`: positions of inputs that every call passes unchanged (frozen weights): the kernels that read
+    only them run once, at the first call (the prologue), and their results are kept until `refresh_constants()`.
+    `debug_after`: pipeline passes whose result is logged (pipeline.parse_debug_after)."""
     self.target, self.name = target, name
-    gpu = target.kind == "gpu"
     # an instance attribute, so wrappers made with functools.wraps (torch._dynamo.disable) keep it
     self._boxed_call = True
-    self.size_vars = list(size_vars or [])
-    first_slot = lowered.next_slot
-    vars_slot = None
-    if self.size_vars: vars_slot, first_slot, beam = first_slot, first_slot + 1, 0
     self.debug = debug
     self.inputs = lowered.inputs
     # (input index, storage offset) pairs the kernels assume; on a mismatch `eager` (the graph run by torch,
@@ -161,154 +110,22 @@ class CompiledGraph:
     self.storage_offset_guards = [(i, lowered.storage_offset_guards[spec.slot]) for i, spec in enumerate(lowered.inputs)
                                   if spec is not None and spec.slot in lowered.storage_offset_guards]
     self.eager = None
-    roots, root_strides = [], {}
-    owner: dict = {}  # a realized node -> the eager storage root of the outputs handed out from its buffer
-    outputs = []
-    n_outputs = len(lowered.outputs)
-    strides_of = lowered.output_strides or [None] * n_outputs
-    eager_roots = lowered.output_roots or [None] * n_outputs
-    views = _shared_views(lowered.outputs, strides_of, lowered.output_complex, eager_roots)
-    for i, ((kind, v), want, is_complex, eager_root) in enumerate(zip(lowered.outputs, strides_of, lowered.output_complex, eager_roots)):
-      shape = v.shape if kind == "tensor" else None
-      if kind == "tensor" and not is_complex and (alias := _input_alias(v.uop, want, eager_root, lowered.inputs)) is not None:
-        outputs.append(("alias", alias, shape))  # a strided view of a graph input (a saved weight's transpose)
-        continue
-      if i in views and owner.get(views[i][0], eager_root) == eager_root and (views[i][0] not in root_strides or \
-         _same_strides(views[i][0].shape, root_strides[views[i][0]] or contiguous_strides(views[i][0].shape),
-                       views[i][3] or contiguous_strides(views[i][0].shape))):
-        # a strided view of a computed node's buffer, as eager's (attention's q, k and v of one GEMM; its output seen
-        # as the next matmul's rows), in the layout the node's buffer is written in (views[i][3], None: row-major)
-        base = views[i][0]
-        if base not in root_strides: roots.append(base); root_strides[base] = views[i][3]
-        owner[base] = eager_root
-        outputs.append(("view", views[i][:3], shape))
-        continue
-      if kind == "tensor":
-        # a contiguous reshape of a computed node is that node's buffer, handed out as a view: no copy kernel
-        if (base := _reshaped_from(v.uop)) is not None and (want is None or _same_strides(shape, want, contiguous_strides(shape))):
-          v, want = LT(base), None
-        if v.uop.op is Ops.BUFFER and (not v.uop.src or (want is not None and not _same_strides(v.shape, want, contiguous_strides(v.shape)))):
-          v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))  # never hand out a graph input; give a fallback result its layout
-        # an output computed by a kernel is written in its eager layout; two outputs that are one node but want
-        # different layouts, or are separate tensors in eager (y and y.clone()), get a copy each
-        while v.uop in root_strides and (owner.get(v.uop) != eager_root or
-                                         (want is not None and not _same_strides(v.shape, want, root_strides[v.uop] or want))):
-          v = LT(UOp(Ops.CONTIGUOUS, v.dtype, (v.uop,)))
-        if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = want; owner[v.uop] = eager_root
-      outputs.append((kind, v, shape))
-    for v, _ in lowered.checks:  # each run-time check's value is a buffer of its own, read after the kernels
-      if v.uop not in root_strides: roots.append(v.uop); root_strides[v.uop] = None
-    with _Timer("schedule"):
-      constant_slots = {self.inputs[i].slot for i in constant_inputs if self.inputs[i] is not None}
-      sched = schedule(roots, first_slot, lowered.buffer_slots, {u: s for u, s in root_strides.items() if s is not None},
-                       row_fusion=target.kind != "gpu", split_costly_epilogues=target.kind != "gpu",
-                       constant_buffers=frozenset(u for u, s in lowered.buffer_slots.items() if s in constant_slots))
-    if vars_slot is not None:
-      # variable name -> its place in the table kernels read; codegen adds derived ones (v // f of an upcast axis)
-      self.var_position, self.derived_vars = {v.arg[0]: k for k, v in enumerate(self.size_vars)}, {}
-      for item in sched.items:
-        if isinstance(item, KernelItem): item.size_vars = (vars_slot, self.var_position, self.derived_vars)
-    self.vars_slot = vars_slot
-    self.buffers = sched.buffers
-    kernels, tuned = [], {}
-    n_items = sum(isinstance(item, KernelItem) for item in sched.items)
-    if beam:  # opts chosen by timing candidates (core/search.py); None keeps the heuristic
-      with _Timer("search"), progress.steps(f"{name}: BEAM search", n_items) as done:
-        for i, item in enumerate(sched.items):
-          if isinstance(item, KernelItem):
-            tuned[i] = beam_search(item, beam, opt_level, f"{name}_k{i}", target if gpu else None)
-            done.update()
-    max_group, parallelism = (target.max_group(), target.parallelism()) if gpu else (0, 0)
-    renderer = target.renderer() if gpu else None
-    # each CPU kernel is its own LLVM module, under a name derived from its code: a kernel seen before (in this graph,
-    # another graph or another size of it) is one function, and its native object comes from the disk cache. The
-    # modules compile in helper processes (runtime/cpu.py) while codegen goes on to the next kernels.
-    compiles = ModuleCompiles(opt_level) if not gpu and n_items else None
-    if compiles is not None: compiles.workers.start()  # the helpers load llvmlite while the first kernels are built
-    sources, symbols, work = [], {}, {}
-    modules: dict = {}  # symbol -> (IR, launchers' IR by name, number of buffers)
-    built: dict = {}  # (structure, opts) -> (kernel, source) for items that differ only in their slots (codegen.canonical_item)
-    with progress.steps(f"{name}: codegen", n_items) as done:
-      for i, item in enumerate(sched.items):
-        if not isinstance(item, KernelItem): continue
-        kname = f"{name}_k{i}"
-        with _Timer("codegen"):
-          canonical = canonical_item(item)
-          key = None if canonical is None else (canonical[0], tuned.get(i))
-          if key in built:
-            first, first_src = built[key]
-            k, src = with_slots(first, kname, canonical[2]), _renamed(first_src, first.name, kname)
-          else:
-            k = build_kernel(item if canonical is None else canonical[1], kname, tuned.get(i), target.kind, max_group,
-                             parallelism, target.vector_unit())
-            if canonical is not None: k = with_slots(k, kname, canonical[2])
-            src = None
-        if src is None:
-          with _Timer("render"):
-            src = renderer.render_kernel(k.name, k.program, k.argument_ids, k.local_size) if gpu else render_kernel(k)
-          if key is not None: built[key] = (k, src)
-        kernels.append((item, k))
-        sources.append(src)
-        work[k.name] = _kernel_work(k)
-        sym = symbols[k.name] = _kernel_symbol(k, src)
-        if sym not in modules:
-          modules[sym] = _gpu_module(k, sym, src) if gpu else _cpu_module(k, sym, src, work[k.name])
-          if compiles is not None: compiles.add(module_text(*modules[sym][:2]))
-        done.update()
-    if vars_slot is not None:
-      sched.buffers[vars_slot] = BufferInfo(vars_slot, (len(self.var_position),), dtypes.int64, "input")
-    self.kernels = [k for _, k in kernels]
-    self.sources = sources
-    if debug >= 2 or _log.isEnabledFor(logging.DEBUG): self._log_kernels(sched, sources)
-    signatures = {sym: nbuf for sym, (_, _, nbuf) in modules.items()}
-    program = None
-    self.device_source = None  # a GPU-style target: the program's source (all kernels)
-    if kernels and gpu:
-      with _Timer("device_compile"):
-        self.device_source = renderer.program_source([src for src, _, _ in modules.values()])
-        program = target.program(self.device_source, list(modules))
-    elif kernels:
-      with _Timer("llvm"):
-        program = CPUProgram(None, signatures, opt_level, [entries for _, entries, _ in modules.values()], compiles=compiles)
-      _metrics.state()["cache_hits"] += program.objects_from_cache
-    _metrics.state()["kernels_compiled"] += len(kernels)
-
-    # plan the steps: ("kernel", KernelStep) | ("fallback", FallbackStep), with buffer lifetimes
-    kernel_of = {id(item): k for item, k in kernels}
-    steps = []
-    for item in sched.items:
-      if isinstance(item, KernelItem):
-        info = self.buffers[item.out_slot]
-        k = kernel_of[id(item)]
-        sym = symbols[k.name]
-        entries = {} if gpu else program.entries  # a GPU-style kernel's launcher is made per step (_link)
-        steps.append(("kernel", KernelStep(sym, k.buffers, item.out_slot, info.shape, info.strides, to_torch(info.dtype),
-                                           math.prod(info.shape) == 0, k.split_size, work[k.name],
-                                           f"{sym}_py" if f"{sym}_py" in entries else None,
-                                           f"{sym}_par" if f"{sym}_par" in entries else None, k.name,
-                                           is_sym(k.split_size), launch_items(k.program) if gpu else 0, k.local_size,
-                                           _describe(item, lowered.provenance, info.shape))))
-      else:
-        steps.append(("fallback", FallbackStep(item.node.arg, [src.shape for src in item.node.src], item.in_slots, item.out_slots)))
-    self.n_fallbacks = sum(1 for s in steps if s[0] == "fallback")
-    outputs_plan = []
-    for kind, v, shape in outputs:
-      if kind == "view": kind, v = "alias", (sched.node_slot[v[0]], v[1], v[2])  # the node's buffer, seen through the view
-      outputs_plan.append((kind, sched.node_slot[v.uop] if kind == "tensor" else v, shape))
-    # complex outputs are computed as their view_as_real and handed out through view_as_complex
-    complex_outputs = {i for i, c in enumerate(lowered.output_complex) if c and outputs_plan[i][0] == "tensor"}
-    checks = [(sched.node_slot[v.uop], check) for v, check in lowered.checks]
-    handed_out = {slot for kind, slot, _ in outputs_plan if kind == "tensor"} | {v[0] for kind, v, _ in outputs_plan if kind == "alias"}
-    prologue = _constant_steps(steps, constant_slots, handed_out) \
-        if not self.size_vars else ()
-    self._template = (steps, outputs_plan, complex_outputs, checks, signatures,
-                      program.object_code if program and not gpu else None, prologue)
-    self.program = program
+    c = compile_lowered(lowered, target, name, opt_level, beam, size_vars, constant_inputs, debug, debug_after)
+    self.size_vars, self.vars_slot = c.size_vars, c.vars_slot
+    self.var_position, self.derived_vars = c.var_position, c.derived_vars
+    self.buffers = c.schedule.buffers
+    self.kernels = [k for _, k in c.kernels]
+    self.sources = c.sources
+    self.device_source = c.device_source  # a GPU-style target: the program's source (all kernels)
+    self.n_fallbacks = sum(1 for s in c.steps if s[0] == "fallback")
+    self._template = (c.steps, c.outputs_plan, c.complex_outputs, c.checks, c.signatures,
+                      c.program.object_code if c.program and target.kind != "gpu" else None, c.prologue)
+    self.program = c.program
     if self.size_vars:  # the plan depends on the sizes: one per call signature, made by instance()
-      self.plan, self.n_kernels = None, sum(1 for kind, _ in steps if kind == "kernel")
+      self.plan, self.n_kernels = None, sum(1 for kind, _ in c.steps if kind == "kernel")
       return
     self.plan = self._make_plan({})
-    self._link(program)
+    self._link(c.program)
 
   def _make_plan(self, values: dict) -> GraphPlan:
     """The plan for the sizes `values` gives the size variables (empty for a static graph): lifetimes, the arena."""
@@ -412,17 +229,6 @@ class CompiledGraph:
     self.call_source = None
     self._run = self._first_call  # the call path is built at the first call (not under the compiler's fake tensor mode)
     for obs in _observers: obs.append(self)
-
-  def _log_kernels(self, sched, sources):
-    """The kernel list on torch_uop.kernels at DEBUG (debug >= 2, or the logger at DEBUG), with each kernel's AST
-    (debug >= 5) and source (debug >= 4)."""
-    lines = [f"{self.name}: {len(self.kernels)} kernels, {sum(isinstance(i, FallbackItem) for i in sched.items)} fallback steps"]
-    for k, src in zip(self.kernels, sources):
-      info = self.buffers[k.buffers[0]]
-      lines.append(f"  {k.name}: out {tuple(info.shape)} {info.dtype.name} <- buffers {k.buffers[1:]}")
-      if self.debug >= 5: lines.append(pretty(k.ast))
-      if self.debug >= 4: lines.append(src)
-    _log.debug("%s", "\n".join(lines))
 
   def _bind_input(self, spec, t: torch.Tensor) -> torch.Tensor:
     if spec.is_complex and isinstance(t, torch.Tensor) and t.is_complex(): t = _as_real(t)
@@ -729,18 +535,6 @@ def _as_complex(t: torch.Tensor) -> torch.Tensor:
   return torch.view_as_complex(t)
 
 
-def _constant_steps(steps: list, constant_slots: set, output_slots: set) -> tuple:
-  """Indices of the kernel steps whose every input is a constant input or another such step's result (and whose
-  result is no graph output or view's buffer, which a caller may change): what the prologue computes once."""
-  known, found = set(constant_slots), []
-  if not known: return ()
-  for i, (kind, step) in enumerate(steps):
-    if kind == "kernel" and step.out_slot not in output_slots and all(s in known for s in step.slots[1:]):
-      known.add(step.out_slot)
-      found.append(i)
-  return tuple(found)
-
-
 def _step_name(graph: str, kind: str, step) -> str:
   """A step's name in torch.profiler traces: `uop:<graph>:k<n> <what it computes>` (n: the kernel's number in the
   TORCH_UOP_DEBUG listing) or `uop:<graph>:fallback <op>`."""
@@ -754,68 +548,6 @@ def profile_key(step) -> str:
   return f"{step.label or step.name} {tuple(step.shape)}"
 
 
-def _describe(item: KernelItem, provenance: dict, shape: tuple) -> str:
-  """What a kernel computes, for profiles: the ATen ops whose results it computes (LoweredGraph.provenance) from its
-  inputs to its output, the first and the last when there are more than three, and its output's shape, e.g.
-  `convolution+...+relu[8x64x56x56]`."""
-  names, seen, stack = [], set(), [(item.root, False)]
-  while stack:  # post-order: an op's inputs before it
-    u, done = stack.pop()
-    if done:
-      if (name := provenance.get(u)) is not None and name not in names: names.append(name)
-      continue
-    if u in seen: continue
-    seen.add(u)
-    stack.append((u, True))
-    if u is item.root or u not in item.realized: stack.extend((s, False) for s in u.src if s.op is not Ops.BUFFER)
-  ops = "+".join(names if len(names) <= 3 else [names[0], "...", names[-1]]) or "copy"
-  return f"{ops}[{'x'.join(str(d) for d in shape)}]"
-
-
-def _renamed(source: str, old: str, new: str) -> str:
-  """A kernel's source with its function renamed (`@name(` in LLVM IR, ` name(` in C-style code)."""
-  return source.replace(f"@{old}(", f"@{new}(", 1).replace(f" {old}(", f" {new}(", 1)
-
-
-def _kernel_symbol(k, source: str) -> str:
-  """The kernel's function name in native code: a digest of its LLVM IR (with its own name taken out) and its
-  thread-split size (which its launchers bake in), so equal kernels share one function and one cached object."""
-  code = source.replace(f"@{k.name}(", "@kernel(", 1).replace(f" {k.name}(", " kernel(", 1) + f"|split={k.split_size}"
-  return "k_" + hashlib.sha256(code.encode()).hexdigest()[:24]
-
-
-def _gpu_module(k, sym: str, source: str) -> tuple:
-  """(the kernel's source under its symbol, no launchers, its number of buffers) for a GPU-style program."""
-  return source.replace(f" {k.name}(", f" {sym}(", 1), {}, len(k.buffers)
-
-
-def _cpu_module(k, sym: str, source: str, work) -> tuple:
-  """(the kernel's LLVM IR under its symbol, its launchers' IR by name, its number of buffers)."""
-  entries = {}
-  # a symbolic split size (or work) is known per call: such a kernel gets both launchers, which take the split
-  # size as an argument, and each instance picks (_make_plan)
-  symbolic = is_sym(k.split_size) or is_sym(work)
-  split = None if is_sym(k.split_size) else k.split_size
-  # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
-  if python_entries_supported() and (symbolic or work < ENTRY_MAX_WORK):
-    entries[f"{sym}_py"] = python_entry_ir(f"{sym}_py", sym, len(k.buffers), None if split is None else max(split, 1))
-  if openmp_supported() and (symbolic or threads.max_threads(k.split_size, work) > 1):
-    entries[f"{sym}_par"] = parallel_entry_ir(f"{sym}_par", sym, len(k.buffers), split)
-  return source.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers)
-
-
-def _kernel_work(k):
-  """Scalar operations one call of a kernel does, roughly: its loop trip counts times its body size, a vector node
-  counted once per lane (a Sym when some trip count is a symbolic size)."""
-  widths = vector_widths(k.program)
-  trips = 1
-  for u in k.program:
-    if u.op is Ops.RANGE and u.arg[1] == "stage": continue  # (a copy beside the loop nest, not inside it)
-    if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: trips *= u.src[0].arg
-    elif u.op is Ops.RANGE and u.arg[1] != "loop": trips = trips * Sym(u.src[0])
-  return trips * max(1, sum(widths.get(u, 1) for u in k.program))
-
-
 def _concrete_fields(obj, values: dict):
   """A dataclass instance with the Syms in its fields (and a fallback step's op arguments) evaluated."""
   changes = {f.name: concrete(getattr(obj, f.name), values) for f in dataclasses.fields(obj)}
@@ -823,106 +555,6 @@ def _concrete_fields(obj, values: dict):
     op = obj.op
     changes["op"] = dataclasses.replace(op, args=concrete(op.args, values), kwargs=concrete(op.kwargs, values))
   return dataclasses.replace(obj, **changes)
-
-
-def _reshaped_from(u: UOp) -> UOp | None:
-  """The computed node that `u` is a plain contiguous reshape of (same elements in the same order), else None."""
-  if u.op is not Ops.VIEW or not u.arg.is_contiguous: return None
-  base = u.src[0]
-  # (a leading slice such as x[:, 0] also has contiguous strides: only as many elements as the base is a reshape)
-  if base.op in (Ops.BUFFER, Ops.CONST) or base.dtype != u.dtype or not known_equal(math.prod(u.shape), math.prod(base.shape)):
-    return None
-  return base
-
-
-def _strided_view(u: UOp, want: tuple | None) -> tuple | None:
-  """(base node, strides, offset) when `u` is a plain strided view of its source (one view, no mask, no negative or
-  symbolic stride) in the layout eager gives it (`want`), else None."""
-  if u.op is not Ops.VIEW or len(u.arg.views) != 1: return None
-  base, view = u.src[0], u.arg.views[0]
-  if base.dtype != u.dtype or view.mask is not None: return None
-  if not all(isinstance(x, int) for x in (*view.shape, *view.strides, view.offset)) or min(view.strides, default=0) < 0:
-    return None
-  return _in_eager_layout(base, view.shape, view.strides, view.offset, want)
-
-
-def _in_eager_layout(base: UOp, shape: tuple, strides: tuple, offset: int, want: tuple | None) -> tuple | None:
-  """(base, strides, offset) for a view of base that eager lays out with the strides `want` (None: any), or None
-  where they differ. Eager's strides are handed out, which may differ from the view's in dims of size 1: a graph that
-  reads the output (the backward reading a saved tensor) checks strides exactly."""
-  if want is None: return base, tuple(strides), offset
-  if not _same_strides(shape, want, strides): return None
-  return base, tuple(want) if all(isinstance(x, int) for x in want) else tuple(strides), offset
-
-
-def _input_alias(u: UOp, want: tuple | None, eager_root: tuple | None, inputs: list) -> tuple | None:
-  """(input slot, strides, offset) when `u` is a plain strided view of a graph input that is a view of that input in
-  eager too (`eager_root`, lowering.graph.storage_root): the output is then that view, not a copy."""
-  view = _strided_view(u, want)
-  if view is None or view[0].op is not Ops.BUFFER or view[0].src: return None
-  slot = view[0].arg[0]
-  if eager_root is not None and (eager_root[0] != "input" or inputs[eager_root[1]] is None or inputs[eager_root[1]].slot != slot):
-    return None
-  return slot, view[1], view[2]
-
-
-def _shared_views(outputs: list, strides_of: list, complex_of: list, eager_roots: list) -> dict:
-  """The outputs to hand out as strided views of one computed node's buffer, as eager's views of one tensor:
-  {output index: (node, strides, offset, the node's buffer layout or None for row-major)}. A node that is an output
-  itself is written in its eager layout, and its views are read through that layout (attention's output, written
-  heads-inside, is the next matmul's rows as they lie). Only where all outputs seen through that node come from one
-  eager storage, and they cover at least as many elements as the node has (a row of a big result is copied, not
-  kept with the rest of it)."""
-  layouts: dict = {}  # a computed node handed out itself -> the strides eager gives it (the first such output's)
-  for (kind, v), want, is_complex in zip(outputs, strides_of, complex_of):
-    if kind == "tensor" and not is_complex and want is not None and v.uop.op not in (Ops.BUFFER, Ops.CONST, Ops.VIEW):
-      layouts.setdefault(v.uop, want)
-  by_base: dict = {}
-  for i, ((kind, v), want, is_complex, root) in enumerate(zip(outputs, strides_of, complex_of, eager_roots)):
-    if kind != "tensor" or is_complex or root is None or root[0] != "node" or v.uop.op is not Ops.VIEW: continue
-    base = v.uop.src[0]
-    layout = layouts.get(base)
-    if layout is not None and (not all(isinstance(x, int) for x in layout) or _same_strides(base.shape, layout, contiguous_strides(base.shape))):
-      layout = None
-    view = _strided_view(v.uop, want) if layout is None else _view_through_layout(v.uop, want, layout)
-    if view is not None and view[0].op not in (Ops.BUFFER, Ops.CONST) and all(isinstance(d, int) for d in view[0].shape):
-      by_base.setdefault(view[0], []).append((i, root, (*view, layout)))
-  shared = {}
-  for base, users in by_base.items():
-    roots = {root for _, root, _ in users}
-    if len(roots) != 1: continue
-    covered = sum(math.prod(outputs[i][1].shape) for i, _, _ in users)
-    if any(kind == "tensor" and v.uop is base and root in roots for (kind, v), root in zip(outputs, eager_roots)):
-      covered += math.prod(base.shape)  # the node is an output itself: its buffer is there anyway
-    if covered >= math.prod(base.shape): shared.update({i: view for i, _, view in users})
-  return shared
-
-
-def _view_through_layout(u: UOp, want: tuple | None, layout: tuple) -> tuple | None:
-  """(base node, strides, offset) when the view `u` of a node whose buffer is laid out with the strides `layout`
-  reads that buffer at an affine offset (one stride per dim, no mask) in eager's layout `want`, else None. The view's
-  index math is composed with the layout and simplified at symbolic positions: a permute-then-reshape that needs two
-  views of the node's row-major order can be one strided view of its buffer."""
-  if not all(isinstance(x, int) for x in (*u.shape, *layout)): return None
-  base = u.src[0]
-  if base.dtype != u.dtype: return None
-  at = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (d, "global")) if n > 1 else UOp.const(dtypes.index, 0)
-        for d, n in enumerate(u.shape)]
-  flat, valid = (ShapeTracker.from_strides(base.shape, layout) + u.arg).to_indexed(at)
-  valid, flat = simplify(valid), simplify(flat)
-  if valid.op is not Ops.CONST or valid.arg is not True: return None
-  strides = [0] * len(at)
-  terms, offset = base_and_offset(flat)  # flat as a sum of range * constant terms and a constant
-  for t in terms:
-    if t.op is Ops.RANGE: strides[t.arg[0]] += 1
-    elif t.op is Ops.MUL and t.src[0].op is Ops.RANGE and t.src[1].op is Ops.CONST: strides[t.src[0].arg[0]] += t.src[1].arg
-    else: return None
-  if min(strides, default=0) < 0 or offset < 0: return None
-  return _in_eager_layout(base, u.shape, strides, offset, want)
-
-
-def _same_strides(shape: tuple, a: tuple, b: tuple) -> bool:
-  return all(x == y for n, x, y in zip(shape, a, b) if n > 1)
 
 
 def _one_element_per_location(shape: tuple, strides: tuple) -> bool:
