@@ -33,9 +33,9 @@ def main():
   g = seen[-1]
   fns["uop CompiledGraph.__call__"] = lambda x: g([x])
   if hasattr(g, "_call_general"): fns["uop general call path"] = lambda x: g._call_general([x])
-  # the linked kernel step: (ctypes function, slots, ..., builtin launcher, ...) (executor.CompiledGraph._link)
+  # the linked kernel step (executor.LinkedKernel): its ctypes function and builtin launcher
   step = next(s for kind, s in g.steps if kind == "kernel")
-  prog, entry = step[0], step[9]
+  prog, entry = step.fn, step.entry
   out = torch.empty(16)
   ptrs = [out.data_ptr(), x.data_ptr()]
   fns["uop kernel only (ctypes)"] = lambda x: prog(*ptrs, 0, 16)

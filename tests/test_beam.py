@@ -1,4 +1,4 @@
-"""BEAM search (core/search.py): option parsing, results equal to eager, wrong candidates rejected,
+"""BEAM search (core/search.py, runtime/tuning.py): option parsing, results equal to eager, wrong candidates rejected,
 winners cached on disk so a second process skips the search."""
 import os
 import subprocess
@@ -9,6 +9,7 @@ import torch
 import torch_uop
 from torch_uop.config import Config
 from torch_uop.core import codegen, search
+from torch_uop.runtime import tuning
 from torch_uop.core.opt import KernelOpts
 
 
@@ -65,13 +66,13 @@ def test_wrong_candidate_is_rejected(quick_search, monkeypatch):
   monkeypatch.setattr(search, "neighbours", lambda opts, shape, reduces: [bad])
   monkeypatch.setattr(codegen, "upcast_trips", lambda size, factor, clamped=False: size // factor)
   timings = []
-  real_run = search._Bench.run
+  real_run = tuning._Bench.run
 
   def run(self, opts, cutoff=float("inf")):
     t = real_run(self, opts, cutoff)
     timings.append((opts, t))
     return 1e-9 if opts == bad and t is not None else t  # were it accepted, it would win
-  monkeypatch.setattr(search._Bench, "run", run)
+  monkeypatch.setattr(tuning._Bench, "run", run)
   a, b = torch.randn(60, 64), torch.randn(64, 60)
   torch.testing.assert_close(torch.compile(lambda a, b: a @ b, backend="uop", options={"beam": 2})(a, b), a @ b)
   assert (bad, None) in timings

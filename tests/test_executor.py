@@ -45,7 +45,7 @@ def test_arena_shares_bytes_only_between_disjoint_lifetimes():
   g = graphs[-1]
   live = {}
   for i, (kind, p) in enumerate(g.steps):
-    for s in (p[1] if kind == "kernel" else p.in_slots):
+    for s in (p.slots if kind == "kernel" else p.in_slots):
       live.setdefault(s, [i, i])[1] = i
   placed = [(g.arena_offsets[s], executor._nbytes(g.buffers[s]), *live[s]) for s in g.arena_offsets]
   assert len(placed) >= 2
@@ -107,7 +107,7 @@ def test_launch_follows_torch_thread_count():
 def test_big_kernel_correct_with_any_thread_count():
   x = torch.randn(512, 1024)
   f, graphs = compiled(lambda x: (x * 3).sin() + 1, x)
-  assert any(p[8] > 1 for k, p in graphs[-1].steps if k == "kernel")
+  assert any(p.max_threads > 1 for k, p in graphs[-1].steps if k == "kernel")
   before = torch.get_num_threads()
   try:
     for n in (1, 2):
@@ -123,9 +123,9 @@ def test_openmp_launcher_covers_the_split_loop(shape):
   from torch_uop.runtime.cpu import openmp_supported
   x = torch.randn(shape)
   f, graphs = compiled(lambda x: (x * 3).sin() + 1, x)
-  steps = [p for k, p in graphs[-1].steps if k == "kernel" and p[8] > 1]
+  steps = [p for k, p in graphs[-1].steps if k == "kernel" and p.max_threads > 1]
   assert steps
-  if openmp_supported(): assert all(p[10] is not None for p in steps), "threaded kernels launch through OpenMP"
+  if openmp_supported(): assert all(p.parallel_entry is not None for p in steps), "threaded kernels launch through OpenMP"
   before = torch.get_num_threads()
   try:
     for n in (1, 2, 3):
@@ -141,7 +141,7 @@ def test_openmp_can_be_turned_off():
             "x = torch.randn(512, 1024)\n"
             "with d.capture() as gs: out = torch.compile(lambda x: (x * 3).sin() + 1, backend='uop')(x)\n"
             "torch.testing.assert_close(out, (x * 3).sin() + 1)\n"
-            "assert not openmp_supported() and all(p[10] is None for k, p in gs[-1].steps if k == 'kernel')\n"
+            "assert not openmp_supported() and all(p.parallel_entry is None for k, p in gs[-1].steps if k == 'kernel')\n"
             "print('OK')\n")
   env = {**os.environ, "TORCH_UOP_OPENMP": "0", "TORCH_UOP_CACHE": "0"}
   p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)

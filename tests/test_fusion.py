@@ -146,4 +146,4 @@ def test_big_reduction_to_few_outputs_is_split_for_threads(fn, shape):
   with capture() as graphs:
     assert kernels(fn, torch.randn(shape), rtol=1e-5, atol=1e-3) == 2
   first = next(p for k, p in graphs[-1].steps if k == "kernel")
-  assert first[7] >= 2, "the partial-results kernel has a loop to split among threads"
+  assert first.split_size >= 2, "the partial-results kernel has a loop to split among threads"

@@ -3,7 +3,7 @@
 torch.compile(..., options={...}) keys: `debug` (int), `opt_level` (0-3, LLVM pipeline level),
 `device` ("cpu", or "opencl": OpenCL kernels on CPU tensors' memory; graphs on CUDA tensors run as CUDA kernels
 whatever this says), `fallback_whole_graph` (bool: run the FX graph eagerly, for bisecting), `beam` (int:
-width of the BEAM search over each kernel's opts, core/search.py; 0 = the heuristic), `graph_cache` (bool: reuse
+width of the BEAM search over each kernel's opts, runtime/tuning.py; 0 = the heuristic), `graph_cache` (bool: reuse
 whole compiled graphs from the disk cache, runtime/graph_cache.py; default on), `symbolic_shapes` (bool: compile a
 graph with symbolic sizes once, with size variables in its kernels; off: a static copy per size; default on).
 `freezing` (bool: inference graphs take the module's parameters and buffers as constants, folded at compile time,

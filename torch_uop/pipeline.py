@@ -8,7 +8,8 @@ every pass reads and fills its fields; no module global is written). What comes 
             of its own in the layout eager gives it
   schedule  the tensor graph -> kernel items and fallback steps in run order, and the buffers between them
             (core/schedule.py: fusion, realization, the order that keeps memory low)
-  search    BEAM: each kernel's opts chosen by timing candidates (core/search.py; only with beam > 0)
+  search    BEAM: each kernel's opts chosen by timing candidates (runtime/tuning.py runs what core/search.py
+            walks; only with beam > 0)
   codegen   each kernel item -> a kernel (core/codegen.py: opts, the kernel AST, the linear program), rendered as
             LLVM IR or C (core/renderer/) under a name derived from its code; on the CPU each module is handed to
             the compile helpers as soon as it is rendered, so LLVM runs while codegen goes on
@@ -34,7 +35,7 @@ from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferIn
 from torch_uop.core.shapetracker import ShapeTracker, contiguous_strides
 from torch_uop.core.symbolic import simplify, base_and_offset
 from torch_uop.core.codegen import build_kernel, canonical_item, with_slots, vector_widths
-from torch_uop.core.search import beam_search
+from torch_uop.runtime.tuning import beam_search
 from torch_uop.core.renderer.llvmir import render_kernel
 from torch_uop.core.renderer.cstyle import launch_items
 from torch_uop.runtime.devices import Target, CPU
@@ -536,7 +537,7 @@ def _describe(item: KernelItem, provenance: dict, shape: tuple) -> str:
 PASSES: tuple[Pass, ...] = (
   Pass("outputs", _outputs, _show_outputs, "which nodes the graph hands out: input views, buffer views, own buffers"),
   Pass("schedule", _schedule, _show_schedule, "tensor graph -> kernel items and fallback steps (core/schedule.py)"),
-  Pass("search", _search, _show_search, "BEAM: kernel opts chosen by timing candidates (core/search.py; beam > 0)"),
+  Pass("search", _search, _show_search, "BEAM: kernel opts chosen by timing candidates (runtime/tuning.py; beam > 0)"),
   Pass("codegen", _codegen, _show_codegen, "kernel items -> kernels, rendered and queued (core/codegen.py, core/renderer/)"),
   Pass("compile", _compile, _show_compile, "modules -> native code (runtime/cpu.py) or the device's program"),
   Pass("steps", _steps, _show_steps, "kernel and fallback steps, output slots, the prologue"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple
 import threading
 import time
 import torch
@@ -51,6 +52,22 @@ try:  # torch's C++ allocation fast path (the one Inductor's generated code call
   from torch._C._dynamo.guards import _empty_strided_cpu as _empty_strided
 except ImportError:  # pragma: no cover
   def _empty_strided(shape, strides, dtype): return torch.empty_strided(shape, strides, dtype=dtype)
+
+
+class LinkedKernel(NamedTuple):
+  """A kernel step bound to the loaded program (CompiledGraph._link): what a call needs to launch it."""
+  fn: object              # the kernel's function (ctypes, or a GPU-style target's launcher)
+  slots: list             # buffer slots it takes, output first
+  out_slot: int
+  shape: tuple            # its output's shape, strides and torch dtype
+  strides: tuple
+  dtype: torch.dtype
+  empty: bool             # the output has no elements: nothing to launch
+  split_size: int         # trip count of its thread-split loop
+  max_threads: int        # threads worth running it on (runtime/threads.py max_threads)
+  entry: object           # its builtin launcher (small kernels), or None
+  parallel_entry: object  # its OpenMP launcher, or None
+  split_arg: bool         # the launchers take the split size as an argument
 
 
 @dataclass
@@ -202,14 +219,15 @@ class CompiledGraph:
     for kind, step in plan.steps:
       if kind == "kernel" and target.kind == "gpu":  # one launcher per step: it knows its buffers' sizes
         run = program.launcher(step.name, [_nbytes(plan.buffers[s]) for s in step.slots], step.items, step.local_size)
-        self.steps.append((kind, (run, step.slots, step.out_slot, step.shape, step.strides, step.dtype, step.empty, 0, 1,
-                                  run, None, False)))
+        self.steps.append((kind, LinkedKernel(run, step.slots, step.out_slot, step.shape, step.strides, step.dtype,
+                                              step.empty, 0, 1, run, None, False)))
       elif kind == "kernel":
-        self.steps.append((kind, (program.functions[step.name], step.slots, step.out_slot, step.shape, step.strides,
-                                  step.dtype, step.empty, step.split_size, threads.max_threads(step.split_size, step.work),
-                                  program.entries.get(step.entry) if step.entry else None,
-                                  program.entries.get(step.parallel_entry) if step.parallel_entry else None,
-                                  step.split_arg)))
+        self.steps.append((kind, LinkedKernel(program.functions[step.name], step.slots, step.out_slot, step.shape,
+                                              step.strides, step.dtype, step.empty, step.split_size,
+                                              threads.max_threads(step.split_size, step.work),
+                                              program.entries.get(step.entry) if step.entry else None,
+                                              program.entries.get(step.parallel_entry) if step.parallel_entry else None,
+                                              step.split_arg)))
       else:
         self.steps.append((kind, step))
     self.n_kernels = sum(1 for kind, _ in plan.steps if kind == "kernel")
@@ -285,16 +303,16 @@ class CompiledGraph:
     if self._sync is not None: self._sync()
     read = {slot for slot, _ in self.checks}  # results a later step or a check reads are kept; the rest go
     for i, (kind, payload) in enumerate(self.steps):
-      if i not in self.prologue: read.update(payload[1] if kind == "kernel" else payload.in_slots)
-    self.held = {slot: bufs[slot] for i in self.prologue if (slot := self.steps[i][1][2]) in read}
+      if i not in self.prologue: read.update(payload.slots if kind == "kernel" else payload.in_slots)
+    self.held = {slot: bufs[slot] for i in self.prologue if (slot := self.steps[i][1].out_slot) in read}
 
-  def _launch(self, payload, bufs: dict) -> None:
+  def _launch(self, k: LinkedKernel, bufs: dict) -> None:
     """One kernel step of the general call path: allocate its output in `bufs` and launch it."""
-    fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry, split_arg = payload
-    bufs[out_slot] = torch.empty_strided(shape, strides, dtype=dtype, device=self.target.torch_device)
-    if self._wants_huge_pages(nbytes := _nbytes(self.buffers[out_slot])): advise_huge_pages(bufs[out_slot].data_ptr(), nbytes)
-    if not empty:
-      threads.launch(fn, [bufs[s].data_ptr() for s in slots], split_size, max_threads, entry, par_entry, split_arg)
+    bufs[k.out_slot] = out = torch.empty_strided(k.shape, k.strides, dtype=k.dtype, device=self.target.torch_device)
+    if self._wants_huge_pages(nbytes := _nbytes(self.buffers[k.out_slot])): advise_huge_pages(out.data_ptr(), nbytes)
+    if not k.empty:
+      threads.launch(k.fn, [bufs[s].data_ptr() for s in k.slots], k.split_size, k.max_threads, k.entry,
+                     k.parallel_entry, k.split_arg)
 
   def _first_call(self, args: list):
     if self.held is None: self._run_prologue(args)
@@ -339,7 +357,7 @@ class CompiledGraph:
       else:
         lines.append("  if not lock.acquire(False): return general(args)  # the kept arena is in use (another thread)")
     # each buffer a kernel reads or writes gets its address once, as p<slot>: an int, an arena constant or an offset
-    kernel_slots = {s for kind, p in self.steps if kind == "kernel" for s in p[1]}
+    kernel_slots = {s for kind, p in self.steps if kind == "kernel" for s in p.slots}
     addresses = lambda slots: [f"p{s} = b{s}.data_ptr()" for s in slots if s in kernel_slots and s not in self.arena_offsets]
     ptr = lambda s: (f"{arena.data_ptr() + self.arena_offsets[s]}" if arena is not None else f"base + {self.arena_offsets[s]}") \
         if s in self.arena_offsets else f"p{s}"
@@ -351,18 +369,19 @@ class CompiledGraph:
     for i, ((kind, payload), release) in enumerate(zip(self.steps, self.release)):
       if i in self.prologue: continue
       if kind == "kernel":
-        fn, slots, out_slot, shape, strides, dtype, empty, split_size, max_threads, entry, par_entry, split_arg = payload
-        if out_slot not in self.arena_offsets:
-          body.append(f"b{out_slot} = empty({tuple(shape)!r}, {tuple(strides)!r}, {const(dtype, 'D')})")
-          body += addresses([out_slot])
-          if huge(nbytes := _nbytes(self.buffers[out_slot])): body.append(f"advise(p{out_slot}, {nbytes})")
-        if not empty:
-          args = ", ".join(ptr(s) for s in slots)
-          if max_threads > 1:
-            body.append(f"launch({const(fn, 'K')}, ({args},), {split_size}, {max_threads}, {const(entry, 'E')}, "
-                        f"{const(par_entry, 'P')}, {split_arg})")
-          elif entry is not None: body.append(f"{const(entry, 'E')}({args}{f', {max(split_size, 1)}' if split_arg else ''})")
-          else: body.append(f"{const(fn, 'K')}({args}, 0, {max(split_size, 1)})")
+        k, out = payload, payload.out_slot
+        if out not in self.arena_offsets:
+          body.append(f"b{out} = empty({tuple(k.shape)!r}, {tuple(k.strides)!r}, {const(k.dtype, 'D')})")
+          body += addresses([out])
+          if huge(nbytes := _nbytes(self.buffers[out])): body.append(f"advise(p{out}, {nbytes})")
+        if not k.empty:
+          args = ", ".join(ptr(s) for s in k.slots)
+          if k.max_threads > 1:
+            body.append(f"launch({const(k.fn, 'K')}, ({args},), {k.split_size}, {k.max_threads}, {const(k.entry, 'E')}, "
+                        f"{const(k.parallel_entry, 'P')}, {k.split_arg})")
+          elif k.entry is not None:
+            body.append(f"{const(k.entry, 'E')}({args}{f', {max(k.split_size, 1)}' if k.split_arg else ''})")
+          else: body.append(f"{const(k.fn, 'K')}({args}, 0, {max(k.split_size, 1)})")
       else:
         if self._sync is not None: body.append(f"{const(self._sync, 'S')}()")
         results = "".join(f"b{s}, " for s in payload.out_slots.values())
@@ -384,7 +403,7 @@ class CompiledGraph:
     outs = []
     for i, (kind, v, shape) in enumerate(self.outputs):
       if kind == "tensor":
-        produced_by_kernel = any(k == "kernel" and p[2] == v for k, p in self.steps)
+        produced_by_kernel = any(k == "kernel" and p.out_slot == v for k, p in self.steps)
         if produced_by_kernel and tuple(self.buffers[v].shape) == tuple(shape): outs.append(f"b{v}")
         else: outs.append(f"(b{v}.view({tuple(shape)!r}) if b{v}.shape != {tuple(shape)!r} else b{v})")
       elif kind == "input": outs.append(f"r{v}")
