@@ -19,15 +19,10 @@ def main():
     before = after = kept = 0
     for g in graphs:
       print(f"{name} {len(g.kernels):3d} kernels: arena {g.arena_bytes / 1024:8.1f} KiB for {len(g.arena_offsets)} buffers "
-            f"(of {sum(executor_nbytes(g, s) for s in g.arena_offsets) / 1024:8.1f} KiB), peak {g.peak_bytes_unplanned / 1024:8.1f} "
+            f"(of {sum(g.buffers[s].nbytes for s in g.arena_offsets) / 1024:8.1f} KiB), peak {g.peak_bytes_unplanned / 1024:8.1f} "
             f"-> {g.peak_bytes / 1024:8.1f} KiB")
       before += g.peak_bytes_unplanned; after += g.peak_bytes; kept += g.arena_bytes
     print(f"{name} total over graphs: peak {before / 1024:.1f} KiB -> {after / 1024:.1f} KiB; kept between calls {kept / 1024:.1f} KiB")
-
-
-def executor_nbytes(g, s):
-  from torch_uop.runtime.executor import _nbytes
-  return _nbytes(g.buffers[s])
 
 
 if __name__ == "__main__": main()

@@ -408,7 +408,9 @@ def run_main(args, names: list[str], modes: list[str], backends: list[str]) -> i
           "(eager and Inductor most), so rerun on an idle machine before reading the ratios.")
 
   name = f"zoo_{args.size}_{datetime.datetime.now():%Y%m%d_%H%M%S}.json"
-  out = os.path.join(args.out, name) if args.out and os.path.isdir(args.out) else args.out or os.path.join(bm.RESULTS_DIR, name)
+  # a folder (one that exists, or a path ending in a separator) gets a file of its own name
+  folder = args.out and (os.path.isdir(args.out) or args.out.endswith(os.sep))
+  out = os.path.join(args.out, name) if folder else args.out or os.path.join(bm.RESULTS_DIR, name)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   with open(out, "w") as f:
     json.dump({"machine": info, "limits": limits, "args": vars(args), "models": {n: zoo.ZOO[n].description[args.size] for n in names},

@@ -432,6 +432,18 @@ class TestPatterns:
     assert calls == ["none"]
     assert pm.rewrite(x) is None
 
+  def test_a_rule_for_any_op_keeps_its_place_in_the_list(self):
+    # rules are tried in list order whatever their root: one for any op before an op-specific one is tried first,
+    # one after it only when the op-specific one declines
+    x = rng(4)
+    first = PatternMatcher([(UPat(name="e"), lambda e: c(7) if e.op is Ops.ADD else None),
+                            (UPat(Ops.ADD, name="e"), lambda e: c(1))])
+    assert first.rewrite(x + c(5)) is c(7)
+    last = PatternMatcher([(UPat(Ops.ADD, name="e"), lambda e: c(1) if e.src[1].arg == 5 else None),
+                           (UPat(name="e"), lambda e: c(7) if e.op is Ops.ADD else None)])
+    assert last.rewrite(x + c(5)) is c(1) and last.rewrite(x + c(6)) is c(7)
+    assert last.rewrite(x * c(6)) is None
+
   def test_ctx_is_passed_when_given(self):
     pm = PatternMatcher([(UPat(Ops.CONST, name="k"), lambda ctx, k: ctx.append(k.arg) or None)])
     seen = []
@@ -544,3 +556,38 @@ def test_vectorizable_erf_within_three_ulp_of_the_exact_value():
   ulp = torch.from_numpy(np.spacing(exact.abs().float().numpy())).double()
   assert ((y.double() - exact).abs() / ulp)[finite].max() <= 3
   assert torch.equal(torch.signbit(y[-14:-11]), torch.tensor([False, True, False]))
+
+
+def test_core_imports_no_torch_and_no_outer_layer():
+  """core/ is the device-independent compiler: none of its modules imports torch, or torch_uop's lowering, runtime,
+  pipeline or backend, at module level or inside a function (torch_uop/torch_dtypes.py maps dtypes to torch's)."""
+  import ast
+  import pathlib
+  import torch_uop
+  outer = ("torch_uop.lowering", "torch_uop.runtime", "torch_uop.pipeline", "torch_uop.dynamo_backend",
+           "torch_uop.config", "torch_uop.debug", "torch_uop.torch_dtypes", "torch_uop.testing")
+  found = []
+  core = pathlib.Path(torch_uop.__file__).parent / "core"
+  assert (core / "uop.py").exists()
+  for path in sorted(core.rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+          [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+      found += [f"{path.name}:{node.lineno} {m}" for m in names if m.split(".")[0] == "torch" or m.startswith(outer)]
+  assert not found, found
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_and_bfloat16_constants_are_torchs_rounding(dtype):
+  """The LLVM renderer writes a 16-bit float constant's bits without torch: as torch rounds a Python float (to
+  float32 first, then to nearest even; overflow to inf; a value halfway after the first rounding, -37871.99988...)."""
+  import random
+  from torch_uop.core.renderer.llvmir import _half_bits, _bfloat16_bits
+  bits_of = _half_bits if dtype is torch.float16 else _bfloat16_bits
+  random.seed(0)
+  values = [0.0, -0.0, 1.0, 0.1, 1 / 3, 65504.0, 65519.0, 65520.0, -1e6, 1e300, -1e300, 3.4028235677973366e38, math.inf,
+            -math.inf, 1e-8, 2.98e-8, 1e-40, 1e-46, 2.0 ** -133, -37871.99988425232, 1.00390625, 1.01171875]
+  values += [math.ldexp(random.random(), random.randint(-150, 130)) * random.choice((-1, 1)) for _ in range(3000)]
+  for v in values:
+    assert bits_of(v) == torch.tensor([v], dtype=dtype).view(torch.int16).item() & 0xFFFF, v
+  assert bits_of(math.nan) in (0x7E00, 0x7FC0)

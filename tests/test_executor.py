@@ -47,7 +47,7 @@ def test_arena_shares_bytes_only_between_disjoint_lifetimes():
   for i, (kind, p) in enumerate(g.steps):
     for s in (p.slots if kind == "kernel" else p.in_slots):
       live.setdefault(s, [i, i])[1] = i
-  placed = [(g.arena_offsets[s], executor._nbytes(g.buffers[s]), *live[s]) for s in g.arena_offsets]
+  placed = [(g.arena_offsets[s], g.buffers[s].nbytes, *live[s]) for s in g.arena_offsets]
   assert len(placed) >= 2
   for a, (o1, n1, s1, e1) in enumerate(placed):
     assert o1 % executor.ARENA_ALIGN == 0 and o1 + n1 <= g.arena_bytes

@@ -100,8 +100,8 @@ def kernel_work(graph) -> dict:
   which a graph loaded from the graph cache lacks (compile with `options={"graph_cache": False}`): there every
   buffer counts whole and a kernel one FLOP per output element. A graph with symbolic sizes has no plan: {}."""
   import math
-  from torch_uop.core.dtypes import to_torch
-  from torch_uop.runtime.executor import _nbytes, profile_key
+  from torch_uop.torch_dtypes import to_torch
+  from torch_uop.runtime.executor import profile_key
   plan = getattr(graph, "plan", None)
   if plan is None: return {}
   counted = {k.name: _ast_counts(k) for k in graph.kernels}
@@ -110,10 +110,10 @@ def kernel_work(graph) -> dict:
     if kind != "kernel": continue
     outputs = math.prod(step.shape)
     loads, flops = counted.get(step.label, ({}, None))
-    nbytes = _nbytes(plan.buffers[step.out_slot])
+    nbytes = plan.buffers[step.out_slot].nbytes
     for slot in dict.fromkeys(step.slots[1:]):
       info = plan.buffers[slot]
-      size = _nbytes(info)
+      size = info.nbytes
       nbytes += min(size, loads[slot] * to_torch(info.dtype).itemsize) if slot in loads else size
     work[profile_key(step)] = (nbytes, outputs if flops is None else flops)
   return work

@@ -27,14 +27,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 import torch
-from torch_uop.core.dtypes import to_torch, dtypes
-from torch_uop.core.sym import Sym, is_sym, known_equal
+from torch_uop.core.dtypes import dtypes
+from torch_uop.torch_dtypes import to_torch
+from torch_uop.core.sym import is_sym, known_equal
 from torch_uop.core.uop import UOp, Ops, pretty
 from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo, Schedule
 from torch_uop.core.shapetracker import ShapeTracker, contiguous_strides
 from torch_uop.core.symbolic import simplify, base_and_offset
-from torch_uop.core.codegen import build_kernel, canonical_item, with_slots, vector_widths
+from torch_uop.core.codegen import build_kernel, canonical_item, with_slots, kernel_work
 from torch_uop.runtime.tuning import beam_search
 from torch_uop.core.renderer.llvmir import render_kernel
 from torch_uop.core.renderer.cstyle import launch_items
@@ -432,18 +433,6 @@ def _cpu_module(k, sym: str, source: str, work) -> tuple:
   if openmp_supported() and (symbolic or threads.max_threads(k.split_size, work) > 1):
     entries[f"{sym}_par"] = parallel_entry_ir(f"{sym}_par", sym, len(k.buffers), split)
   return source.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers)
-
-
-def kernel_work(k):
-  """Scalar operations one call of a kernel does, roughly: its loop trip counts times its body size, a vector node
-  counted once per lane (a Sym when some trip count is a symbolic size)."""
-  widths = vector_widths(k.program)
-  trips = 1
-  for u in k.program:
-    if u.op is Ops.RANGE and u.arg[1] == "stage": continue  # (a copy beside the loop nest, not inside it)
-    if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: trips *= u.src[0].arg
-    elif u.op is Ops.RANGE and u.arg[1] != "loop": trips = trips * Sym(u.src[0])
-  return trips * max(1, sum(widths.get(u, 1) for u in k.program))
 
 
 # ---- compile

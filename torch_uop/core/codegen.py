@@ -608,6 +608,18 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
   return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], program, opts, split_size, _group_size(program, opts))
 
 
+def kernel_work(k):
+  """Scalar operations one call of a kernel does, roughly: its loop trip counts times its body size, a vector node
+  counted once per lane (a Sym when some trip count is a symbolic size)."""
+  widths = vector_widths(k.program)
+  trips = 1
+  for u in k.program:
+    if u.op is Ops.RANGE and u.arg[1] == "stage": continue  # (a copy beside the loop nest, not inside it)
+    if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: trips *= u.src[0].arg
+    elif u.op is Ops.RANGE and u.arg[1] != "loop": trips = trips * Sym(u.src[0])
+  return trips * max(1, sum(widths.get(u, 1) for u in k.program))
+
+
 def is_affine_index(u: UOp) -> bool:
   """Whether u is a loop or index math that affine_terms looks through (a sum, a product with a constant)."""
   return u.op is Ops.RANGE or (u.dtype == IDX and (u.op is Ops.ADD or (u.op is Ops.MUL and any(x.op is Ops.CONST for x in u.src))))

@@ -1,12 +1,11 @@
-"""Scalar data types of the UOp IR and their mapping to torch dtypes and LLVM types.
+"""Scalar data types of the UOp IR and their LLVM types.
 
-Takes nothing; defines `DType`, the `dtypes` namespace and the torch <-> IR conversion helpers.
+Takes nothing; defines `DType` and the `dtypes` namespace (torch_uop/torch_dtypes.py maps them to torch's).
 Storage types and compute types can differ: bool is stored as one byte but computed as i1.
 """
 from __future__ import annotations
 from dataclasses import dataclass
 import math
-import torch
 
 
 @dataclass(frozen=True, order=True)
@@ -59,39 +58,6 @@ class dtypes:
 
 
 _INT_RANGE = {dt: (dt.min(), dt.max()) for dt in vars(dtypes).values() if isinstance(dt, DType) and dt.kind in 'iu'}
-
-_TORCH_TO_IR = {
-  torch.bool: dtypes.bool, torch.int8: dtypes.int8, torch.uint8: dtypes.uint8, torch.int16: dtypes.int16,
-  torch.int32: dtypes.int32, torch.int64: dtypes.int64, torch.float16: dtypes.float16,
-  torch.bfloat16: dtypes.bfloat16, torch.float32: dtypes.float32, torch.float64: dtypes.float64,
-}
-_IR_TO_TORCH = {v: k for k, v in _TORCH_TO_IR.items()}
-
-
-class UnsupportedDType(NotImplementedError):
-  pass
-
-
-def from_torch(dt: torch.dtype) -> DType:
-  if dt not in _TORCH_TO_IR: raise UnsupportedDType(f"torch_uop has no IR dtype for {dt}")
-  return _TORCH_TO_IR[dt]
-
-
-def to_torch(dt: DType) -> torch.dtype: return _IR_TO_TORCH[dt]
-
-
-# a complex tensor is held in the IR as its view_as_real: a real tensor with a trailing dim of 2 (real, imag)
-_COMPLEX_PART = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64}
-_PART_COMPLEX = {v: k for k, v in _COMPLEX_PART.items()}
-
-
-def complex_part(dt: torch.dtype) -> torch.dtype | None:
-  """The real dtype of each half of a complex dtype; None for a dtype that is not complex."""
-  return _COMPLEX_PART.get(dt)
-
-
-def complex_of(part: torch.dtype) -> torch.dtype: return _PART_COMPLEX[part]
-
 
 def python_type_dtype(value) -> DType:
   """The IR dtype a bare Python scalar would take in a kernel (before any promotion)."""

@@ -33,6 +33,12 @@ class BufferInfo:
   def __post_init__(self):
     if self.strides is None: self.strides = contiguous_strides(self.shape)
 
+  @property
+  def nbytes(self) -> int:
+    """Bytes a buffer of this shape and strides spans."""
+    if any(n == 0 for n in self.shape): return 0
+    return (1 + sum((n - 1) * abs(st) for n, st in zip(self.shape, self.strides))) * self.dtype.itemsize
+
 
 @dataclass
 class KernelItem:

@@ -98,8 +98,9 @@ def searchable(item, plain) -> bool:
 
 
 def search(heuristic, step, run, confirm, width: int):
-  """-> (winner, heuristic's seconds, best's seconds, the best candidate, candidates timed); see the module docstring.
-  `run(opts, cutoff)`: seconds one call takes (a run slower than `cutoff` need not be repeated), or None."""
+  """-> (winner, heuristic's seconds, best's seconds, the best candidate, candidates timed), or None where the
+  heuristic's own kernel fails to run; see the module docstring. `run(opts, cutoff)`: seconds one call takes (a run
+  slower than `cutoff` need not be repeated), or None."""
   t_start = time.perf_counter()
   timed: dict = {heuristic: run(heuristic, math.inf)}
   if timed[heuristic] is None: return None  # the heuristic itself does not build: nothing to compare against

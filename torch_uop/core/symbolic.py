@@ -334,7 +334,6 @@ def _distribute_const_mul(a: UOp, b: UOp, c: UOp):
 
 
 symbolic = PatternMatcher([
-  (UPat(name="x"), _bounds_fold),
   (UPat({Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.MIN, Ops.IDIV, Ops.MOD, Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE,
          Ops.AND, Ops.OR, Ops.WHERE, Ops.CAST, Ops.NEG}, name="x"), _const_fold),
   # identities on integers/bools
@@ -367,6 +366,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.AND, src=[UPat.var("x"), UPat.cvar("c")]), lambda x, c: (x if c.arg else c) if x.dtype.is_bool else None),
   (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
   (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("b"))), lambda a, b: a if a is b else None),
+  # last, for any op: a value whose bounds collapse to one number (computing bounds is the costliest test)
+  (UPat(name="x"), _bounds_fold),
 ])
 
 

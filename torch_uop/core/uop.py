@@ -6,8 +6,10 @@ the tensor graph built by lowering (BUFFER, VIEW, REDUCE_AXIS, ...), the kernel 
 codegen (DEFINE_GLOBAL, RANGE, LOAD, STORE, REDUCE, ...) and the linear program the renderers read.
 
 `UPat` describes a shape of graph, `PatternMatcher` maps patterns to rewrite functions, and
-`graph_rewrite` applies a matcher bottom-up until nothing changes. Every simplification and lowering
-step in core/ is written with these; nothing here knows about torch.
+`graph_rewrite` applies a matcher bottom-up until nothing changes. The index-math simplifier (core/symbolic.py)
+and the math-function rewrites (core/transcendental.py) are written with these; building a kernel
+(core/codegen.py), linearizing it and rendering it walk the graph in code of their own, and `substitute` replaces
+given nodes. Nothing here knows about torch.
 """
 from __future__ import annotations
 import enum
@@ -291,8 +293,9 @@ def _permutations(pats: list) -> list[tuple]:
 
 
 class PatternMatcher:
-  """An ordered list of (UPat, fn(**binds) -> UOp | None). The first rule whose function returns a
-  UOp wins. Rules are indexed by their root op for speed."""
+  """An ordered list of (UPat, fn(**binds) -> UOp | None). A node is tried against the rules whose root pattern
+  takes its op (or any op), in list order; the first rule whose function returns a UOp wins. Rules are indexed by
+  their root op for speed."""
 
   def __init__(self, rules: list[tuple[UPat, Callable]]):
     self.rules = rules
@@ -302,7 +305,8 @@ class PatternMatcher:
       if pat.ops is None: self.any_op.append((pat, fn))
       else:
         for op in pat.ops: self.by_op.setdefault(op, []).append((pat, fn))
-    self._rules_for = {op: rules + self.any_op for op, rules in self.by_op.items()}  # in rule order, per root op
+    # per root op, the rules that take it, in list order (a rule for any op keeps its place among them)
+    self._rules_for = {op: [(pat, fn) for pat, fn in rules if pat.ops is None or op in pat.ops] for op in self.by_op}
 
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 import weakref
 import torch
-from torch_uop.core.dtypes import DType, dtypes, from_torch, complex_part
+from torch_uop.core.dtypes import DType, dtypes
+from torch_uop.torch_dtypes import from_torch, complex_part
 from torch_uop.lowering.registry import COMPLEX_LOWERINGS, LOWERINGS, LoweringContext, Unsupported, register, on_graph_device
 from torch_uop.lowering.tensor import LT, compute_dtype
 

@@ -17,7 +17,7 @@ import operator
 import torch
 import torch.fx
 from torch_uop.core.uop import UOp, Ops
-from torch_uop.core.dtypes import from_torch, UnsupportedDType, complex_part
+from torch_uop.torch_dtypes import from_torch, UnsupportedDType, complex_part
 from torch_uop.core.shapetracker import ShapeTracker
 from torch_uop.lowering.registry import lowering_for, LoweringContext, set_graph_device, on_graph_device
 from torch_uop.lowering.specialize import is_symbolic, to_size, SizeVars

@@ -22,7 +22,8 @@ checks (`ctx.host_call`) that read the small info/pivot tensors between kernels.
 from __future__ import annotations
 import torch
 from torch_uop.core.uop import Ops
-from torch_uop.core.dtypes import dtypes, to_torch
+from torch_uop.core.dtypes import dtypes
+from torch_uop.torch_dtypes import to_torch
 from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.lowering.tensor import LT, broadcast_shapes
 from torch_uop.lowering.linalg import matmul

@@ -9,7 +9,8 @@ import math
 import torch
 from torch._prims_common import elementwise_dtypes, ELEMENTWISE_TYPE_PROMOTION_KIND as KIND
 from torch_uop.core.uop import Ops
-from torch_uop.core.dtypes import from_torch, to_torch, dtypes, DType
+from torch_uop.core.dtypes import dtypes, DType
+from torch_uop.torch_dtypes import from_torch, to_torch
 from torch_uop.lowering.registry import register, Unsupported, on_graph_device
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.core.sym import is_sym, SymF

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import torch
 from torch_uop.core.uop import Ops
-from torch_uop.core.dtypes import dtypes, DType, to_torch
+from torch_uop.core.dtypes import dtypes, DType
+from torch_uop.torch_dtypes import to_torch
 from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.lowering.reduction import _arg_extreme, _sort

@@ -12,7 +12,8 @@ in range): a kernel reduces the data to one value, which the executor reads afte
 from __future__ import annotations
 from typing import Callable
 import torch
-from torch_uop.core.dtypes import from_torch, dtypes
+from torch_uop.core.dtypes import dtypes
+from torch_uop.torch_dtypes import from_torch
 from torch_uop.lowering.specialize import to_size
 
 LOWERINGS: dict = {}

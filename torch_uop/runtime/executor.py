@@ -24,7 +24,6 @@ import threading
 import time
 import torch
 from torch.autograd import profiler as _torch_profiler
-from torch_uop.core.dtypes import to_torch
 from torch_uop.core.sym import concrete
 from torch_uop.runtime.devices import Target, CPU
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
@@ -218,7 +217,7 @@ class CompiledGraph:
     target = self.target
     for kind, step in plan.steps:
       if kind == "kernel" and target.kind == "gpu":  # one launcher per step: it knows its buffers' sizes
-        run = program.launcher(step.name, [_nbytes(plan.buffers[s]) for s in step.slots], step.items, step.local_size)
+        run = program.launcher(step.name, [plan.buffers[s].nbytes for s in step.slots], step.items, step.local_size)
         self.steps.append((kind, LinkedKernel(run, step.slots, step.out_slot, step.shape, step.strides, step.dtype,
                                               step.empty, 0, 1, run, None, False)))
       elif kind == "kernel":
@@ -309,7 +308,7 @@ class CompiledGraph:
   def _launch(self, k: LinkedKernel, bufs: dict) -> None:
     """One kernel step of the general call path: allocate its output in `bufs` and launch it."""
     bufs[k.out_slot] = out = torch.empty_strided(k.shape, k.strides, dtype=k.dtype, device=self.target.torch_device)
-    if self._wants_huge_pages(nbytes := _nbytes(self.buffers[k.out_slot])): advise_huge_pages(out.data_ptr(), nbytes)
+    if self._wants_huge_pages(nbytes := self.buffers[k.out_slot].nbytes): advise_huge_pages(out.data_ptr(), nbytes)
     if not k.empty:
       threads.launch(k.fn, [bufs[s].data_ptr() for s in k.slots], k.split_size, k.max_threads, k.entry,
                      k.parallel_entry, k.split_arg)
@@ -373,7 +372,7 @@ class CompiledGraph:
         if out not in self.arena_offsets:
           body.append(f"b{out} = empty({tuple(k.shape)!r}, {tuple(k.strides)!r}, {const(k.dtype, 'D')})")
           body += addresses([out])
-          if huge(nbytes := _nbytes(self.buffers[out])): body.append(f"advise(p{out}, {nbytes})")
+          if huge(nbytes := self.buffers[out].nbytes): body.append(f"advise(p{out}, {nbytes})")
         if not k.empty:
           args = ", ".join(ptr(s) for s in k.slots)
           if k.max_threads > 1:
@@ -492,12 +491,6 @@ def _fallback_fn(item: FallbackStep):
   return run
 
 
-def _nbytes(info) -> int:
-  """Bytes a buffer of this shape and strides spans."""
-  if any(n == 0 for n in info.shape): return 0
-  return (1 + sum((n - 1) * abs(st) for n, st in zip(info.shape, info.strides))) * to_torch(info.dtype).itemsize
-
-
 def _plan_arena(steps: list, buffers: dict, keep: set, last_use: dict) -> tuple[dict, int]:
   """Offsets in one arena for the intermediates that only kernels touch (written by one kernel, read by later
   kernels, not a graph output, not seen by a fallback op that might keep a view of it); two buffers share bytes only
@@ -507,7 +500,7 @@ def _plan_arena(steps: list, buffers: dict, keep: set, last_use: dict) -> tuple[
   for i, (kind, p) in enumerate(steps):
     if kind != "kernel": continue
     slot = p.out_slot
-    size = _nbytes(buffers[slot])
+    size = buffers[slot].nbytes
     if slot in keep or slot in seen_by_fallback or buffers[slot].kind == "input" or size == 0: continue
     lives.append((size, i, last_use.get(slot, i), slot))
   best = None
@@ -537,9 +530,9 @@ def _peak_bytes(steps: list, buffers: dict, release: list, in_arena: dict) -> in
   live, peak = 0, 0
   for (kind, p), dead in zip(steps, release):
     made = [p.out_slot] if kind == "kernel" else list(p.out_slots.values())
-    live += sum(_nbytes(buffers[s]) for s in made if s not in in_arena)
+    live += sum(buffers[s].nbytes for s in made if s not in in_arena)
     peak = max(peak, live)
-    live -= sum(_nbytes(buffers[s]) for s in dead if s not in in_arena and buffers[s].kind != "input")
+    live -= sum(buffers[s].nbytes for s in dead if s not in in_arena and buffers[s].kind != "input")
   return peak
 
 

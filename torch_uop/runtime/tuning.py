@@ -15,9 +15,22 @@ import json
 import math
 import sys
 import time
+import hashlib
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+import torch_uop
 from torch_uop.core import search
+from torch_uop.core import codegen, opt
+from torch_uop.core.codegen import build_kernel, kernel_work
 from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts
+from torch_uop.core.renderer import llvmir, cstyle
+from torch_uop.core.renderer.llvmir import render_kernel
+from torch_uop.core.renderer.cstyle import launch_items
 from torch_uop.core.uop import Ops
+from torch_uop.torch_dtypes import to_torch
+from torch_uop.runtime import cache, threads
+from torch_uop.runtime.cpu import CPUProgram, target_id, vector_unit
+from torch_uop.runtime.devices import CPU
 from torch_uop import counters as _metrics, log
 
 _log = log.get("search")
@@ -27,9 +40,8 @@ MIN_RUNS, MAX_RUNS = 3, 20
 CONFIRM_RUNS, CONFIRM_S = 10, 0.3  # the final heuristic-vs-best check: alternate runs, up to this many or seconds
 
 
-def _scratch(info, torch, device=None):
+def _scratch(info, device=None):
   """A buffer of this BufferInfo's shape, strides and dtype, filled with random values."""
-  from torch_uop.core.dtypes import to_torch
   dt = to_torch(info.dtype)
   t = torch.empty_strided(info.shape, info.strides, dtype=dt, device=device)
   if dt.is_floating_point: t.copy_(torch.randn(info.shape))
@@ -42,14 +54,12 @@ class _Bench:
   """Compiles candidates of one kernel and times them on shared scratch buffers."""
 
   def __init__(self, item, opt_level: int, target=None):
-    import torch
-    from torch_uop.runtime.devices import CPU
-    self.item, self.opt_level, self.torch, self.target = item, opt_level, torch, target or CPU
+    self.item, self.opt_level, self.target = item, opt_level, target or CPU
     state = torch.random.get_rng_state()
     torch.manual_seed(0)
     try:
-      with _one_torch_thread(torch):
-        self.buffers = {s: _scratch(info, torch, self.target.torch_device) for s, info in item.buffers.items()}
+      with _one_torch_thread():
+        self.buffers = {s: _scratch(info, self.target.torch_device) for s, info in item.buffers.items()}
     finally:
       torch.random.set_rng_state(state)
     self.reference = None  # the heuristic's output
@@ -58,12 +68,6 @@ class _Bench:
   def run(self, opts: KernelOpts, cutoff: float = math.inf) -> float | None:
     """Seconds one call of the kernel built with `opts` takes (min over runs), or None if it failed or was wrong.
     A first run slower than `cutoff` is not repeated."""
-    from torch_uop.core.codegen import build_kernel
-    from torch_uop.core.renderer.llvmir import render_kernel
-    from torch_uop.runtime.cpu import CPUProgram
-    from torch_uop.runtime import threads
-    from torch_uop.pipeline import kernel_work
-    torch = self.torch
     ptrs = None
     try:
       if self.target.kind == "gpu":
@@ -78,12 +82,12 @@ class _Bench:
       n_threads = threads.max_threads(k.split_size, kernel_work(k))
       launch = lambda: threads.launch(fn, ptrs, k.split_size, n_threads)
     out = self.buffers[self.item.out_slot]
-    with _one_torch_thread(torch):  # torch's own small ops crawl when its threads fight ours for the cores
+    with _one_torch_thread():  # torch's own small ops crawl when its threads fight ours for the cores
       out.fill_(float("nan") if out.dtype.is_floating_point else 0x5A if out.dtype is not torch.bool else True)
     best = _timed(launch)
-    with _one_torch_thread(torch):
+    with _one_torch_thread():
       if self.reference is None: self.reference = out.clone()
-      elif not _same(out, self.reference, torch): return None
+      elif not _same(out, self.reference): return None
     self.launchers[opts] = (prog, launch)  # the program owns the code `launch` calls
     spent, runs = best, 1
     while best < cutoff and (runs < MIN_RUNS or (runs < MAX_RUNS and spent < TIME_PER_CANDIDATE_S)):
@@ -93,14 +97,11 @@ class _Bench:
 
   def _device_launch(self, opts: KernelOpts):
     """(program, launch()) of the kernel built with `opts` for a GPU-style target; launch() waits for the kernel."""
-    from torch_uop.core.codegen import build_kernel
-    from torch_uop.core.renderer.cstyle import launch_items
-    from torch_uop.runtime.executor import _nbytes
-    target, torch = self.target, self.torch
+    target = self.target
     k = build_kernel(self.item, "tune", opts, "gpu")
     renderer = target.renderer()
     prog = target.program(renderer.program_source([renderer.render_kernel(k.name, k.program, k.argument_ids, k.local_size)]), [k.name])
-    run = prog.launcher(k.name, [_nbytes(self.item.buffers[s]) for s in k.buffers], launch_items(k.program), k.local_size)
+    run = prog.launcher(k.name, [self.item.buffers[s].nbytes for s in k.buffers], launch_items(k.program), k.local_size)
     ptrs = [self.buffers[s].data_ptr() for s in k.buffers]
     wait = getattr(prog, "synchronize", None) or (lambda: torch.cuda.synchronize(target.torch_device))
     def launch():
@@ -124,7 +125,7 @@ def _timed(launch) -> float:
 
 
 @contextlib.contextmanager
-def _one_torch_thread(torch):
+def _one_torch_thread():
   n = torch.get_num_threads()
   torch.set_num_threads(1)
   try:
@@ -133,7 +134,7 @@ def _one_torch_thread(torch):
     torch.set_num_threads(n)
 
 
-def _same(a, b, torch) -> bool:
+def _same(a, b) -> bool:
   if a.dtype.is_floating_point:
     a, b = a.double(), b.double()
     scale = 1.0 + float(b.nan_to_num(0, 0, 0).abs().max()) if b.numel() else 1.0
@@ -142,20 +143,11 @@ def _same(a, b, torch) -> bool:
 
 
 def _tuning_key(item, width: int, opt_level: int, target=None) -> str:
-  import torch
   if target is not None and target.kind == "gpu":
-    from torch_uop.core.codegen import build_kernel
-    from torch_uop.runtime import cache
-    import torch_uop
     k = build_kernel(item, "k", KernelOpts(), "gpu")
     source = target.renderer().render(k.name, k.program, k.argument_ids)
     return cache.key("beam", target.name, target.describe(), source, f"width={width}", torch_uop.__version__,
                      _optimizer_sources())
-  import torch_uop
-  from torch_uop.core.codegen import build_kernel
-  from torch_uop.core.renderer.llvmir import render_kernel
-  from torch_uop.runtime import cache
-  from torch_uop.runtime.cpu import target_id
   k = build_kernel(item, "k", KernelOpts())
   cpu_name, features, _ = target_id()
   return cache.key("beam", render_kernel(k), cpu_name, features, f"threads={torch.get_num_threads()}", f"width={width}",
@@ -165,11 +157,8 @@ def _tuning_key(item, width: int, opt_level: int, target=None) -> str:
 @functools.cache
 def _optimizer_sources() -> str:
   """A digest of the code that decides what an opt means and which opts exist: a change there retunes."""
-  import hashlib
-  import torch_uop.core.codegen, torch_uop.core.opt, torch_uop.core.renderer.llvmir, torch_uop.core.renderer.cstyle  # noqa: E401
   h = hashlib.sha256()
-  for mod in (torch_uop.core.codegen, torch_uop.core.opt, torch_uop.core.renderer.llvmir, torch_uop.core.renderer.cstyle,
-              search, sys.modules[__name__]):
+  for mod in (codegen, opt, llvmir, cstyle, search, sys.modules[__name__]):
     with open(mod.__file__, "rb") as f: h.update(f.read())
   return h.hexdigest()
 
@@ -181,7 +170,6 @@ def _opts_from_json(d: dict) -> KernelOpts:
 
 def beam_search(item, width: int, opt_level: int = 3, name: str = "", target=None) -> KernelOpts | None:
   """The opts to build `item` with for `target` (None: the CPU): the tuned winner, or None (build with the heuristic)."""
-  from torch.utils._python_dispatch import _disable_current_modes
   with _disable_current_modes():  # compiling runs under Dynamo's fake-tensor mode; scratch buffers must be real
     try:
       return _beam_search(item, width, opt_level, name, target)
@@ -191,8 +179,6 @@ def beam_search(item, width: int, opt_level: int = 3, name: str = "", target=Non
 
 
 def _beam_search(item, width: int, opt_level: int, name: str, target=None) -> KernelOpts | None:
-  from torch_uop.runtime import cache
-  from torch_uop.runtime.cpu import vector_unit
   gpu = target is not None and target.kind == "gpu"
   plain = search.plain_ast(item, 0 if gpu else vector_unit().stage_bytes, gpu)
   if not search.searchable(item, plain): return None

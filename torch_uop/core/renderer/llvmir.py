@@ -43,13 +43,31 @@ MATH_FUNCTIONS = {
 
 
 def _fconst(v: float, dt: DType) -> str:
-  if dt in (dtypes.float16, dtypes.bfloat16):
-    # LLVM wants half/bfloat constants as hex of the exact value in their own format
-    import torch
-    bits = torch.tensor([v], dtype=torch.float16 if dt == dtypes.float16 else torch.bfloat16).view(torch.int16).item() & 0xFFFF
-    return f"0x{'H' if dt == dtypes.float16 else 'R'}{bits:04X}"
+  # LLVM wants half/bfloat constants as hex of the exact value in their own format
+  if dt == dtypes.float16: return f"0xH{_half_bits(v):04X}"
+  if dt == dtypes.bfloat16: return f"0xR{_bfloat16_bits(v):04X}"
   if dt == dtypes.float32: v = struct.unpack("f", struct.pack("f", v))[0] if math.isfinite(v) else v
   return "0x" + struct.pack(">d", v).hex().upper()
+
+
+def _as_float32(v: float) -> float:
+  """v rounded to float32 (past its range: +-inf), as torch first converts a Python float for a 16-bit dtype."""
+  try: return struct.unpack("<f", struct.pack("<f", v))[0]
+  except OverflowError: return math.copysign(math.inf, v)
+
+
+def _half_bits(v: float) -> int:
+  """IEEE half bits of v as torch converts a Python float: to float32, then to nearest even (overflow to +-inf)."""
+  f = _as_float32(v)
+  try: return struct.unpack("<H", struct.pack("<e", f))[0]
+  except OverflowError: return 0x7C00 | (0x8000 if f < 0 else 0)
+
+
+def _bfloat16_bits(v: float) -> int:
+  """bfloat16 bits of v as torch converts a Python float: to float32, then to nearest even on its bits (NaN: 0x7FC0)."""
+  if math.isnan(v): return 0x7FC0
+  f32 = struct.unpack("<I", struct.pack("<f", _as_float32(v)))[0]
+  return ((f32 + 0x7FFF + ((f32 >> 16) & 1)) >> 16) & 0xFFFF
 
 
 def render_const(v, dt: DType) -> str:
