@@ -135,7 +135,7 @@ def _ast_counts(kernel) -> tuple[dict, int | None]:
   read of a panel staged on the stack does not depend on the loops that copy it there); a loop whose trip count is
   symbolic or data counts once."""
   import math
-  from torch_uop.core.uop import Ops
+  from torch_uop.core.uop import Ops, AxisKind
   nodes = kernel.ast.toposort()
   ranges: dict = {}
   for u in nodes:
@@ -143,7 +143,7 @@ def _ast_counts(kernel) -> tuple[dict, int | None]:
     if u.op is Ops.REDUCE: deps = deps - frozenset(u.src[1:])
     # a staged panel (AFTER its copy into a local array) is copied once per panel: its reads do not run in the copy's
     # loops (nor once per lane of the copy's vectors); a vector lane elsewhere counts its lanes, as a loop would
-    if u.op is Ops.AFTER: deps = frozenset(r for r in deps if r.arg[1] not in ("stage", "vector"))
+    if u.op is Ops.AFTER: deps = frozenset(r for r in deps if r.arg[1] not in (AxisKind.STAGE, AxisKind.VECTOR))
     ranges[u] = deps
 
   def runs(u) -> int:

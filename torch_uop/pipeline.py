@@ -30,7 +30,7 @@ import torch
 from torch_uop.core.dtypes import dtypes
 from torch_uop.torch_dtypes import to_torch
 from torch_uop.core.sym import is_sym, known_equal
-from torch_uop.core.uop import UOp, Ops, pretty
+from torch_uop.core.uop import UOp, Ops, pretty, AxisKind
 from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo, Schedule
 from torch_uop.core.shapetracker import ShapeTracker, contiguous_strides
@@ -275,7 +275,7 @@ def _view_through_layout(u: UOp, want: tuple | None, layout: tuple) -> tuple | N
   if not all(isinstance(x, int) for x in (*u.shape, *layout)): return None
   base = u.src[0]
   if base.dtype != u.dtype: return None
-  at = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (d, "global")) if n > 1 else UOp.const(dtypes.index, 0)
+  at = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (d, AxisKind.GLOBAL)) if n > 1 else UOp.const(dtypes.index, 0)
         for d, n in enumerate(u.shape)]
   flat, valid = (ShapeTracker.from_strides(base.shape, layout) + u.arg).to_indexed(at)
   valid, flat = simplify(valid), simplify(flat)

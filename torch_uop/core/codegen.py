@@ -16,7 +16,7 @@ import itertools
 import math
 from dataclasses import dataclass
 import dataclasses
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key, AxisKind
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits, base_and_offset
@@ -145,7 +145,7 @@ class _Evaluator:
       # the loops over the row that read it
       op, axes = node.arg
       k = len(self.row_ranges)
-      ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (row_range_id(k, a), "reduce")) for a in axes)
+      ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (row_range_id(k, a), AxisKind.REDUCE)) for a in axes)
       self.row_ranges.append(ranges)
       src_idxs = list(idxs)
       for a, r in zip(axes, ranges): src_idxs[a] = r
@@ -153,7 +153,7 @@ class _Evaluator:
     if node.op is Ops.REDUCE_AXIS:
       op, axes = node.arg
       if self.reduce_ranges is None:
-        kind = "reduce" if self.opts.vector_axis is None else "reduce_serial"
+        kind = AxisKind.REDUCE if self.opts.vector_axis is None else AxisKind.REDUCE_SERIAL
         self.reduce_ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (100 + a, kind)) for a in axes)
         self.reduce_axes = axes
       assert self.reduce_axes == axes, "scheduler fused reductions over different axes"
@@ -193,7 +193,7 @@ class _Evaluator:
     slab = node.shape[1:]
     if self.staging == "off" or not (gate.op is Ops.CONST and gate.arg) or self.item.row_reduces: return False
     if any(not isinstance(n, int) for n in slab): return False
-    if any(u.op is Ops.RANGE and u.arg[1] not in ("global", "split") for u in idxs[0].toposort()): return False
+    if any(u.op is Ops.RANGE and u.arg[1] not in (AxisKind.GLOBAL, AxisKind.SPLIT) for u in idxs[0].toposort()): return False
     staged_bytes = sum(math.prod(k.shape[1:]) * k.dtype.itemsize for k, _ in self.stages)
     return staged_bytes + math.prod(slab) * node.dtype.itemsize <= self.stage_bytes
 
@@ -209,7 +209,7 @@ class _Evaluator:
     if key not in self.stages:
       k = len(self.stages)
       tiled = [len(slab) >= 2 and d >= len(slab) - 2 and all(n % STAGE_TILE == 0 for n in slab[-2:]) for d in range(len(slab))]
-      ranges = [UOp(Ops.RANGE, IDX, (_c(n // STAGE_TILE if t else n),), (STAGE_AXIS_BASE + STAGE_AXES_PER_COPY * k + d, "stage"))
+      ranges = [UOp(Ops.RANGE, IDX, (_c(n // STAGE_TILE if t else n),), (STAGE_AXIS_BASE + STAGE_AXES_PER_COPY * k + d, AxisKind.STAGE))
                 for d, (n, t) in enumerate(zip(slab, tiled))]
       local = UOp(Ops.DEFINE_LOCAL, node.dtype, (), (STAGE_LOCAL_BASE + k, math.prod(slab)))
       stores = None
@@ -240,7 +240,7 @@ class _Evaluator:
     if key not in self.loops:
       lid = len(self.loops)
       nstate = (len(node.src) - 2) // 2
-      counter = UOp(Ops.RANGE, IDX, (self.eval(node.src[0], idxs, gate).cast(IDX),), (LOOP_AXIS_BASE + lid, "loop"))
+      counter = UOp(Ops.RANGE, IDX, (self.eval(node.src[0], idxs, gate).cast(IDX),), (LOOP_AXIS_BASE + lid, AxisKind.LOOP))
       self.loop_vars[key] = (counter, tuple(UOp(Ops.LOOP_VAR, s.dtype, (), (lid, i)) for i, s in enumerate(node.src[2:2 + nstate])))
       self.loops[key] = (lid, (counter, *[self.eval(s, idxs, gate) for s in node.src[1:]]))
     lid, src = self.loops[key]
@@ -301,7 +301,7 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
   out_shape = root.shape
   loops = []
   for d, s in enumerate(out_shape):
-    kind = "split" if d == opts.split_axis else "global"
+    kind = AxisKind.SPLIT if d == opts.split_axis else AxisKind.GLOBAL
     trips = upcast_trips(s, opts.factor(d), _clamped(opts, out_shape, d))
     loops.append(None if s == 1 else UOp(Ops.RANGE, IDX, (_c(trips),), (d, kind)))
   out_buf = ev.buf(item.out_slot, root.dtype)
@@ -355,10 +355,10 @@ def vector_lane(width: int) -> UOp:
   """The stand-in for a SIMD lane: a RANGE of kind "vector" over `width` lanes that no loop runs. Every node it
   reaches is a vector of `width` values (one per lane) to the renderer; a load or store it reaches reads or writes
   `width` consecutive elements (_vector_accesses gives their index as base + lane)."""
-  return UOp(Ops.RANGE, IDX, (_c(width),), (VECTOR_LANE_ID, "vector"))
+  return UOp(Ops.RANGE, IDX, (_c(width),), (VECTOR_LANE_ID, AxisKind.VECTOR))
 
 
-def is_vector_lane(u: UOp) -> bool: return u.op is Ops.RANGE and u.arg[1] == "vector"
+def is_vector_lane(u: UOp) -> bool: return u.op is Ops.RANGE and u.arg[1] == AxisKind.VECTOR
 
 
 def vector_widths(nodes: list) -> dict:
@@ -465,7 +465,7 @@ def _lane_tile(item: KernelItem, opts: KernelOpts, loops: list):
     f = opts.factor(d)
     if r is None: idxs.append(_c(0)); continue
     if f == 1: idxs.append(r); continue
-    lanes[d] = UOp(Ops.RANGE, IDX, (_c(f),), (LANE_AXIS_BASE + d, "lane"))
+    lanes[d] = UOp(Ops.RANGE, IDX, (_c(f),), (LANE_AXIS_BASE + d, AxisKind.LANE))
     idxs.append(_upcast_index(r, f, 0, shape[d]) + lanes[d])
   return lanes, tuple(idxs)
 
@@ -485,7 +485,7 @@ def _at_position(u: UOp, offsets: dict, reach: dict, cache: dict) -> UOp:
 
 def _lane_reaches(u: UOp, reach: dict) -> bool:
   """Whether a lane (a RANGE of kind "lane") is u or below it; `reach` memoizes it per node."""
-  if u not in reach: reach[u] = u.op is Ops.RANGE and u.arg[1] == "lane" or any([_lane_reaches(s, reach) for s in u.src])
+  if u not in reach: reach[u] = u.op is Ops.RANGE and u.arg[1] == AxisKind.LANE or any([_lane_reaches(s, reach) for s in u.src])
   return reach[u]
 
 
@@ -500,7 +500,7 @@ def _cache_row_values(ast: UOp) -> UOp:
   instead of two. The later pass's copy is found as the summand with each reduce loop replaced by the output loop
   of the same axis."""
   nodes = ast.toposort()
-  outputs = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] in ("global", "split")}
+  outputs = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] in (AxisKind.GLOBAL, AxisKind.SPLIT)}
   present = set(nodes)
   mapping, stores = {}, []
   for red in (n for n in nodes if n.op is Ops.REDUCE and has_row_reductions([n])):
@@ -569,8 +569,8 @@ def with_slots(kernel: Kernel, name: str, slot_of: dict) -> Kernel:
 
 def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:
   """The AST with output loop `split_axis` marked as the thread-split loop (what _kernel_ast does for it)."""
-  loops = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg == (split_axis, "global")]
-  return substitute(ast, {r: r.replace(arg=(split_axis, "split")) for r in loops}) if loops else ast
+  loops = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg == (split_axis, AxisKind.GLOBAL)]
+  return substitute(ast, {r: r.replace(arg=(split_axis, AxisKind.SPLIT)) for r in loops}) if loops else ast
 
 
 def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, device_kind: str = "cpu",
@@ -602,7 +602,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
     table = ev.buf(vars_slot, dtypes.int64)
     ast = substitute(ast, {v: UOp(Ops.DEFINE_VAR, IDX, (table,), v.arg + (position[v.arg[0]],)) for v in size_vars})
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
-  split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == "split"), None)
+  split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == AxisKind.SPLIT), None)
   split_size = 0 if split is None else split.src[0].arg if split.src[0].op is Ops.CONST else Sym(split.src[0])
   program = linearize(_vector_accesses(ast) if cpu else ast, opts.loop_order)
   return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], program, opts, split_size, _group_size(program, opts))
@@ -614,9 +614,9 @@ def kernel_work(k):
   widths = vector_widths(k.program)
   trips = 1
   for u in k.program:
-    if u.op is Ops.RANGE and u.arg[1] == "stage": continue  # (a copy beside the loop nest, not inside it)
+    if u.op is Ops.RANGE and u.arg[1] == AxisKind.STAGE: continue  # (a copy beside the loop nest, not inside it)
     if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: trips *= u.src[0].arg
-    elif u.op is Ops.RANGE and u.arg[1] != "loop": trips = trips * Sym(u.src[0])
+    elif u.op is Ops.RANGE and u.arg[1] != AxisKind.LOOP: trips = trips * Sym(u.src[0])
   return trips * max(1, sum(widths.get(u, 1) for u in k.program))
 
 
@@ -657,8 +657,8 @@ def _merge_loops(ast: UOp) -> UOp:
   nodes = ast.toposort()
   if any(n.op in _MERGE_BLOCKERS for n in nodes): return ast
   ranges = [n for n in nodes if n.op is Ops.RANGE and n.src[0].op is Ops.CONST]
-  outputs = sorted((r for r in ranges if r.arg[1] in ("global", "split")), key=lambda r: (r.arg[1] != "split", r.arg[0]))
-  reduces = sorted((r for r in ranges if r.arg[1] in ("reduce", "reduce_serial")), key=lambda r: r.arg[0])
+  outputs = sorted((r for r in ranges if r.arg[1] in (AxisKind.GLOBAL, AxisKind.SPLIT)), key=lambda r: (r.arg[1] != AxisKind.SPLIT, r.arg[0]))
+  reduces = sorted((r for r in ranges if r.arg[1] in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)), key=lambda r: r.arg[0])
   if len(outputs) < 2 and len(reduces) < 2: return ast
   # every index expression that is an operand of something other than more affine index math (a reduction's list of
   # its loops is not one)
@@ -674,7 +674,7 @@ def _merge_loops(ast: UOp) -> UOp:
       if not all(t.get(merged, 0) == trips * t.get(inner, 0) for t in forms):
         merged = inner
         continue
-      kind = "split" if "split" in (merged.arg[1], inner.arg[1]) else inner.arg[1]
+      kind = AxisKind.SPLIT if AxisKind.SPLIT in (merged.arg[1], inner.arg[1]) else inner.arg[1]
       m = UOp(Ops.RANGE, IDX, (_c(merged.src[0].arg * trips),), (inner.arg[0], kind))
       for t in forms:  # c_outer*outer + c_inner*inner = c_inner*m
         c = t.pop(inner, 0)
@@ -696,7 +696,7 @@ def _merge_loops(ast: UOp) -> UOp:
 def _group_size(program: list, opts: KernelOpts) -> int:
   """Work-items per group: opts.group, or less (a power of two) when the outermost reduce loop is shorter."""
   from torch_uop.core.opt import _trip_count
-  first = next((u for u in program if u.op is Ops.RANGE and u.arg[1] in ("reduce", "reduce_serial")), None)
+  first = next((u for u in program if u.op is Ops.RANGE and u.arg[1] in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)), None)
   if not opts.group or first is None: return 0
   trips = _trip_count(first) or opts.group
   size = opts.group
@@ -731,7 +731,7 @@ def _ranges_of(u: UOp, cache: dict) -> frozenset:
   elif u.op is Ops.RANGE: r = frozenset([u]) | _ranges_of(u.src[0], cache)  # an LT.loop's trip count is data
   elif u.op is Ops.REDUCE: r = _ranges_of(u.src[0], cache) - frozenset(u.src[1:])
   elif u.op is Ops.AFTER:  # (what it waits for is done once its loops end)
-    r = frozenset(x for s in u.src[1:] for x in _ranges_of(s, cache) if x.arg[1] != "stage")
+    r = frozenset(x for s in u.src[1:] for x in _ranges_of(s, cache) if x.arg[1] != AxisKind.STAGE)
   elif not u.src: r = frozenset()
   else:
     r = _ranges_of(u.src[0], cache)
@@ -813,7 +813,7 @@ def _stage_blocks(nodes: list, rcache: dict, outer_ranges: list, skip: set) -> t
   position = {r: d for d, r in enumerate(outer_ranges)}
   copies: dict = {}  # the copy's loops -> its stores
   for n in nodes:
-    loops = frozenset(r for r in rcache[n] if r.arg[1] == "stage")
+    loops = frozenset(r for r in rcache[n] if r.arg[1] == AxisKind.STAGE)
     if n.op is Ops.STORE and n.src[0].op is Ops.DEFINE_LOCAL and loops: copies.setdefault(loops, []).append(n)
   blocks: dict = {}
   placed: set = set()
@@ -839,8 +839,8 @@ def _stage_blocks(nodes: list, rcache: dict, outer_ranges: list, skip: set) -> t
 def _output_ranges(nodes: list, reduce_ranges: set, loop_order: tuple = ()) -> list:
   """The kernel's output loops in `loop_order` (else axis order), the thread-split loop outermost."""
   place = {a: k for k, a in enumerate(loop_order)}
-  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] not in ("loop", "stage", "vector")} - reduce_ranges,
-                key=lambda r: (r.arg[1] != "split", place.get(r.arg[0], r.arg[0])))
+  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] not in (AxisKind.LOOP, AxisKind.STAGE, AxisKind.VECTOR)} - reduce_ranges,
+                key=lambda r: (r.arg[1] != AxisKind.SPLIT, place.get(r.arg[0], r.arg[0])))
 
 
 def _linearize_rows(nodes: list, rcache: dict) -> list[UOp]:
@@ -924,12 +924,12 @@ def _order_reduce_ranges(reduce_ranges: list, nodes: list, rcache: dict) -> list
 
 def _loop_membership(nodes: list) -> dict:
   """node -> the loop ids whose counter or state it reads (a LOOP hides its own loop), for toposorted nodes."""
-  if not any(n.op is Ops.LOOP_VAR or n.op is Ops.RANGE and n.arg[1] == "loop" for n in nodes):
+  if not any(n.op is Ops.LOOP_VAR or n.op is Ops.RANGE and n.arg[1] == AxisKind.LOOP for n in nodes):
     return dict.fromkeys(nodes, frozenset())  # (the common case: no LT.loop in the kernel)
   loop_of: dict = {}
   for n in nodes:
     if n.op is Ops.LOOP_VAR: loop_of[n] = frozenset([n.arg[0]])
-    elif n.op is Ops.RANGE and n.arg[1] == "loop": loop_of[n] = frozenset([n.arg[0] - LOOP_AXIS_BASE])
+    elif n.op is Ops.RANGE and n.arg[1] == AxisKind.LOOP: loop_of[n] = frozenset([n.arg[0] - LOOP_AXIS_BASE])
     else:
       deps = frozenset().union(*[loop_of[s] for s in n.src])
       loop_of[n] = deps - {n.arg[0]} if n.op is Ops.LOOP else deps

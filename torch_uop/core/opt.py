@@ -25,7 +25,7 @@ its positions past the end (codegen's _upcast_index).
 from __future__ import annotations
 import itertools
 from dataclasses import dataclass
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, substitute
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, substitute, AxisKind
 from torch_uop.core.dtypes import dtypes
 from torch_uop.core.sym import is_sym, hint
 
@@ -158,7 +158,7 @@ def _depends_on(u: UOp, r: UOp, cache: dict) -> bool:
 def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2) -> KernelOpts:
   """`vectors`: the CPU's vector registers (runtime/cpu.py vector_unit), which size the register tiles."""
   nodes = plain_ast.toposort()
-  ranges = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] == "global"}
+  ranges = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] == AxisKind.GLOBAL}
   all_ranges = [n for n in nodes if n.op is Ops.RANGE]
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
   if has_row_reductions(reduces):
@@ -356,7 +356,7 @@ def _contiguous_upcast(out_shape: tuple, nodes: list, outputs: int, parallelism:
   if outputs < GPU_UPCAST * parallelism: return KernelOpts()
   ranges = [n for n in nodes if n.op is Ops.RANGE]
   stores = [n for n in nodes if n.op is Ops.STORE]
-  for r in sorted((n for n in ranges if n.arg[1] == "global"), key=lambda n: -n.arg[0]):
+  for r in sorted((n for n in ranges if n.arg[1] == AxisKind.GLOBAL), key=lambda n: -n.arg[0]):
     size = out_shape[r.arg[0]]
     if not is_sym(size) and size % GPU_UPCAST == 0 and all(stride_along(s.src[1], r, ranges) == 1 for s in stores):
       return KernelOpts(((r.arg[0], GPU_UPCAST),))

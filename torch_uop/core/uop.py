@@ -40,7 +40,7 @@ class Ops(enum.Enum):
   DEFINE_GLOBAL = enum.auto()  # kernel argument pointer; arg=slot
   DEFINE_LOCAL = enum.auto()   # scratch array private to one kernel call (CPU: on its stack); arg=(id, elements)
   AFTER = enum.auto()          # src=(DEFINE_LOCAL, *u): that array, read only once every u is computed (an ordering edge)
-  RANGE = enum.auto()          # loop variable; src=(size,), arg=(axis id, kind)
+  RANGE = enum.auto()          # loop variable; src=(size,), arg=(axis id, AxisKind)
   LOAD = enum.auto()           # src=(buffer, index[, valid])
   STORE = enum.auto()          # src=(buffer, index, value)
   REDUCE = enum.auto()         # src=(value, *ranges), arg=reduce op
@@ -65,6 +65,23 @@ class Ops(enum.Enum):
   CMPLT = enum.auto(); CMPLE = enum.auto(); CMPEQ = enum.auto(); CMPNE = enum.auto()
   AND = enum.auto(); OR = enum.auto(); XOR = enum.auto(); SHL = enum.auto(); SHR = enum.auto()
   WHERE = enum.auto()
+
+
+class AxisKind(str, enum.Enum):
+  """What a RANGE loops over: its arg is (axis id, AxisKind). A str, equal to and hashed as its value, so a kind
+  compares and hash-conses like the string it stands for."""
+  GLOBAL = "global"                # an output axis
+  SPLIT = "split"                  # the output axis the CPU threads divide (the kernel takes its bounds as arguments)
+  REDUCE = "reduce"                # a reduction
+  REDUCE_SERIAL = "reduce_serial"  # a reduction kept scalar: SIMD runs along an output axis instead
+  STAGE = "stage"                  # a loop copying a staged slab into a local array (codegen._Evaluator._staged)
+  LOOP = "loop"                    # an LT.loop's counter, whose trip count is data
+  VECTOR = "vector"                # the stand-in for a SIMD lane: no loop runs it (codegen.vector_lane)
+  LANE = "lane"                    # a register tile's stand-in position while its vector form is checked (codegen._lane_tile)
+  LIMITED = "limited"              # a range narrowed to [lo, hi) by the simplifier; arg (range's arg, kind, lo)
+
+  def __repr__(self): return repr(self.value)
+  def __str__(self): return self.value
 
 
 UNARY = {Ops.NEG, Ops.RECIP, Ops.NOT, Ops.CAST, Ops.BITCAST}

@@ -17,11 +17,11 @@ It does not compile or run anything.
 from __future__ import annotations
 import math
 import struct
-from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.uop import UOp, Ops, AxisKind
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.codegen import reduce_identity
 
-OUTER_KINDS = ("global", "split")
+OUTER_KINDS = (AxisKind.GLOBAL, AxisKind.SPLIT)
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
 
 # MATH names -> C library names (float64 spelling; float32 adds the dialect's suffix where it needs one)
@@ -175,7 +175,7 @@ class CStyleRenderer:
     indent = [1]
     counter = [0]
     outer = [u for u in program if u.op is Ops.RANGE and u.arg[1] in OUTER_KINDS]
-    reduce_ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] in ("reduce", "reduce_serial")]
+    reduce_ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)]
     group_range = reduce_ranges[0] if grouped and reduce_ranges else None
     reduces = [u for u in program if u.op is Ops.REDUCE]
     load_groups, store_groups = self.vector_groups(program)
