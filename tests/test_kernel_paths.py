@@ -905,3 +905,20 @@ def test_big_weight_gradient_runs_after_the_others(monkeypatch):
   assert plain_shapes.index(wte) < plain_shapes.index(c_attn)  # the depth-first order: what made the peak
   assert shapes.index(wte) > shapes.index(c_attn)
   assert deferred < plain
+
+
+def test_reads_inside_their_buffer_need_no_mask_gate():
+  """A padded output's kernel (BatchNorm and SiLU written with the padding of the depthwise convolution after them,
+  EfficientNet's blocks) reads each channel's scale and shift at an index the padding mask does not move, always
+  inside its buffer: those loads carry no gate (an ungated load vectorizes; a gated one is a gather). The input, read
+  at index - 113 under the mask, keeps its gate; the result matches eager, padding included."""
+  torch.manual_seed(0)
+  x, mean, var, w, b = torch.randn(1, 8, 20, 20), torch.randn(8), torch.rand(8) + 0.5, torch.randn(8), torch.randn(8)
+  fn = lambda x, mean, var, w, b: F.pad(F.silu(F.batch_norm(x, mean, var, w, b)), (1, 1, 1, 1))
+  g = torch_uop.debug.compile_graph(fn, x, mean, var, w, b)
+  torch.testing.assert_close(g(x, mean, var, w, b)[0], fn(x, mean, var, w, b))
+  padded = next(k for k in g.kernels if len(k.buffers) >= 4)
+  loads = [u for u in padded.program if u.op is Ops.LOAD]
+  gated = {u.src[0].arg for u in loads if len(u.src) == 3}
+  assert gated and len(gated) == 1, [(u.src[0].arg, len(u.src)) for u in loads]  # only the input's read
+  assert sum(1 for u in loads if len(u.src) == 2) >= 2  # the per-channel parameters

@@ -87,8 +87,18 @@ class _Evaluator:
     return self.args[slot]
 
   def load(self, slot: int, dtype: DType, flat: UOp, gate: UOp) -> UOp:
-    src = (self.buf(slot, dtype), flat) if gate.op is Ops.CONST and gate.arg else (self.buf(slot, dtype), flat, gate)
+    ungated = gate.op is Ops.CONST and gate.arg or self._inside(slot, flat)
+    src = (self.buf(slot, dtype), flat) if ungated else (self.buf(slot, dtype), flat, gate)
     return UOp(Ops.LOAD, dtype, src)
+
+  def _inside(self, slot: int, flat: UOp) -> bool:
+    """Whether `flat` stays inside the buffer at every position the loops can take, the gate aside: a read under a
+    mask whose index does not depend on it (BatchNorm's per-channel scale inside a padded output) then needs no
+    gate, since a gated value is discarded by the mask's select anyway, and an ungated load is a vector load."""
+    info = self.item.buffers.get(slot)
+    if info is None or not all(isinstance(x, int) for x in (*info.shape, *info.strides)): return False
+    lo, hi = flat.vmin, flat.vmax
+    return isinstance(lo, int) and isinstance(hi, int) and lo >= 0 and hi * info.dtype.itemsize < info.nbytes
 
   def eval(self, node: UOp, idxs: tuple, gate: UOp) -> UOp:
     if node.op is Ops.VIEW: idxs = self._read_dims(node, idxs)
