@@ -16,7 +16,7 @@ import itertools
 import math
 from dataclasses import dataclass
 import dataclasses
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key, AxisKind
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key, AxisKind, KernelLoopVar
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits, base_and_offset
@@ -187,8 +187,8 @@ class _Evaluator:
     if node.op is Ops.CONTIGUOUS: return self.eval(node.src[0], idxs, gate)
     if node.op is Ops.LOOP: return self._loop(node, idxs, gate)
     if node.op is Ops.LOOP_VAR:  # inside its loop's step: the counter or a state value of that loop
-      counter, state = self.loop_vars[(node.arg[0], idxs, gate)]
-      return counter.cast(node.dtype) if node.arg[1] < 0 else state[node.arg[1]]
+      counter, state = self.loop_vars[(node.arg.tag, idxs, gate)]
+      return counter.cast(node.dtype) if node.arg.index < 0 else state[node.arg.index]
     if node.op in ELEMENTWISE:
       return node.replace(src=tuple(self.eval(s, idxs, gate) for s in node.src))
     raise NotImplementedError(f"codegen cannot evaluate {node.op}")
@@ -251,7 +251,7 @@ class _Evaluator:
       lid = len(self.loops)
       nstate = (len(node.src) - 2) // 2
       counter = UOp(Ops.RANGE, IDX, (self.eval(node.src[0], idxs, gate).cast(IDX),), (LOOP_AXIS_BASE + lid, AxisKind.LOOP))
-      self.loop_vars[key] = (counter, tuple(UOp(Ops.LOOP_VAR, s.dtype, (), (lid, i)) for i, s in enumerate(node.src[2:2 + nstate])))
+      self.loop_vars[key] = (counter, tuple(UOp(Ops.LOOP_VAR, s.dtype, (), KernelLoopVar(lid, i)) for i, s in enumerate(node.src[2:2 + nstate])))
       self.loops[key] = (lid, (counter, *[self.eval(s, idxs, gate) for s in node.src[1:]]))
     lid, src = self.loops[key]
     return UOp(Ops.LOOP, node.dtype, src, (lid, node.arg[1]))
@@ -938,7 +938,7 @@ def _loop_membership(nodes: list) -> dict:
     return dict.fromkeys(nodes, frozenset())  # (the common case: no LT.loop in the kernel)
   loop_of: dict = {}
   for n in nodes:
-    if n.op is Ops.LOOP_VAR: loop_of[n] = frozenset([n.arg[0]])
+    if n.op is Ops.LOOP_VAR: loop_of[n] = frozenset([n.arg.loop])
     elif n.op is Ops.RANGE and n.arg[1] == AxisKind.LOOP: loop_of[n] = frozenset([n.arg[0] - LOOP_AXIS_BASE])
     else:
       deps = frozenset().union(*[loop_of[s] for s in n.src])
@@ -958,7 +958,7 @@ def _expand_loops(program: list, body_nodes: list, loop_of: dict) -> list:
     done.add(lid)
     counter, keep_going, *rest = u.src
     inits, nexts = rest[:len(rest) // 2], rest[len(rest) // 2:]
-    state = [UOp(Ops.LOOP_VAR, i.dtype, (), (lid, k)) for k, i in enumerate(inits)]
+    state = [UOp(Ops.LOOP_VAR, i.dtype, (), KernelLoopVar(lid, k)) for k, i in enumerate(inits)]
     accs = [UOp(Ops.DEFINE_ACC, v.dtype, (v, i)) for v, i in zip(state, inits)]
     body = [n for n in body_nodes if lid in loop_of[n]]
     out += accs + [counter] + state

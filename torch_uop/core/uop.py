@@ -17,7 +17,7 @@ import math
 import struct
 import functools
 import weakref
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 from torch_uop.core.dtypes import DType, dtypes, cast_python_value
 
 
@@ -31,9 +31,9 @@ class Ops(enum.Enum):
   IOTA = enum.auto()          # 1-d tensor whose value is its index; arg=length
   CONTIGUOUS = enum.auto()    # force the source to be realized into its own buffer; arg=STAGED: not realized, but
                               # copied slab by slab into a kernel-local array by the kernel that reads it (codegen)
-  # per-element loop with loop-carried state (LT.loop): LOOP_VAR is a placeholder for the state (arg=(tag, i, shape);
-  # i = -1: the step counter); LOOP src=(count, keep_going, *init, *next), arg=(tag, i): state i after the loop.
-  # At kernel level LOOP src=(counter RANGE, keep_going, *init, *next) and LOOP_VAR arg=(loop id, i).
+  # per-element loop with loop-carried state (LT.loop): LOOP_VAR is a placeholder for the state (arg=TensorLoopVar);
+  # LOOP src=(count, keep_going, *init, *next), arg=(tag, i): state i after the loop. At kernel level LOOP
+  # src=(counter RANGE, keep_going, *init, *next), arg=(loop id, i), and LOOP_VAR arg=KernelLoopVar.
   LOOP = enum.auto()
   LOOP_VAR = enum.auto()
   # kernel level
@@ -90,6 +90,19 @@ BINARY = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.M
 COMPARISON = {Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE}
 COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.MIN, Ops.CMPEQ, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR}
 ELEMENTWISE = UNARY | BINARY | {Ops.WHERE, Ops.MATH}
+
+
+class TensorLoopVar(NamedTuple):
+  """LOOP_VAR's arg in the tensor graph (LT.loop): which loop, which state value (-1: the step counter), its shape."""
+  tag: Any
+  index: int
+  shape: tuple
+
+
+class KernelLoopVar(NamedTuple):
+  """LOOP_VAR's arg in a kernel (codegen): the kernel loop's id and the state value (-1: the counter)."""
+  loop: int
+  index: int
 
 
 STAGED = "staged"  # CONTIGUOUS's arg for a copy staged inside its reader (a GEMM's weight panel, lowering/linalg.py)
@@ -212,7 +225,7 @@ def _tensor_shape(u: UOp) -> tuple:
     return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
   if u.op is Ops.GATHER: return u.src[1].shape
   if u.op is Ops.IOTA: return (u.arg,)
-  if u.op is Ops.LOOP_VAR: return u.arg[2]
+  if u.op is Ops.LOOP_VAR: return u.arg.shape
   return u.src[-1].shape if u.op is Ops.WHERE else u.src[0].shape
 
 

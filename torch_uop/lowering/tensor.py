@@ -9,7 +9,7 @@ does on the CPU.
 from __future__ import annotations
 import itertools
 import math
-from torch_uop.core.uop import UOp, Ops, STAGED
+from torch_uop.core.uop import UOp, Ops, STAGED, TensorLoopVar
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import ShapeTracker
 from torch_uop.core.sym import is_sym, hint, known_equal
@@ -247,8 +247,8 @@ class LT:
     state must only be combined elementwise (no views, reductions or gathers of them)."""
     shape = broadcast_shapes(count.shape, *[s.shape for s in init])
     tag = next(_loop_tags)
-    k = LT(UOp(Ops.LOOP_VAR, dtypes.int64, (), (tag, -1, shape)))
-    state = [LT(UOp(Ops.LOOP_VAR, s.dtype, (), (tag, i, shape))) for i, s in enumerate(init)]
+    k = LT(UOp(Ops.LOOP_VAR, dtypes.int64, (), TensorLoopVar(tag, -1, shape)))
+    state = [LT(UOp(Ops.LOOP_VAR, s.dtype, (), TensorLoopVar(tag, i, shape))) for i, s in enumerate(init)]
     nxt = [n.cast(s.dtype).broadcast_to(shape) for n, s in zip(step(k, state), init)]
     go = LT.full(shape, True, dtypes.bool) if keep_going is None else keep_going(state).broadcast_to(shape)
     src = (count.cast(dtypes.int64).maximum(0).broadcast_to(shape).uop, go.uop,

@@ -17,7 +17,7 @@ It does not compile or run anything.
 from __future__ import annotations
 import math
 import struct
-from torch_uop.core.uop import UOp, Ops, AxisKind
+from torch_uop.core.uop import UOp, Ops, AxisKind, KernelLoopVar
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.codegen import reduce_identity
 
@@ -256,7 +256,7 @@ class CStyleRenderer:
       elif op is Ops.ASSIGN:
         emit(self.reduce_update(u.arg, u.dtype, accs[u.src[0].src[0]], val(u.src[1])))
       elif op is Ops.LOOP_VAR or op is Ops.LOOP:  # a copy of the state: later updates in the step must not show
-        var = u if op is Ops.LOOP_VAR else UOp(Ops.LOOP_VAR, u.dtype, (), u.arg)
+        var = u if op is Ops.LOOP_VAR else UOp(Ops.LOOP_VAR, u.dtype, (), KernelLoopVar(*u.arg))
         define(u, accs[var])
       elif op is Ops.BREAK_UNLESS:
         emit(f"if (!({val(u.src[0])})) break;")

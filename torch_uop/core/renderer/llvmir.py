@@ -13,7 +13,7 @@ It does not compile or run anything.
 from __future__ import annotations
 import math
 import struct
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, AxisKind
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, AxisKind, KernelLoopVar
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.codegen import reduce_identity, affine_terms, vector_widths, is_vector_lane, whole_block
 from torch_uop.core.renderer.transpose import find_transpose_tiles, butterfly_masks
@@ -262,7 +262,7 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
     elif op is Ops.ASSIGN and u.arg is None:  # loop state update
       f.emit(f"store {LLVM_TYPE[u.dtype]} {f.value(u.src[1])}, ptr {accs[u.src[0].src[0]]}")
     elif op in (Ops.LOOP_VAR, Ops.LOOP):  # the state at the top of an iteration / after the loop
-      var = u if op is Ops.LOOP_VAR else UOp(Ops.LOOP_VAR, u.dtype, (), u.arg)
+      var = u if op is Ops.LOOP_VAR else UOp(Ops.LOOP_VAR, u.dtype, (), KernelLoopVar(*u.arg))
       r = f.tmp()
       f.emit(f"{r} = load {LLVM_TYPE[u.dtype]}, ptr {accs[var]}")
       f.names[u] = r
