@@ -112,6 +112,7 @@ class Compilation:
   work: dict = field(default_factory=dict)        # kernel name -> scalar operations per call (kernel_work)
   modules: dict = field(default_factory=dict)     # symbol -> (source, launchers' source by name, number of buffers)
   compiles: ModuleCompiles | None = None          # the CPU modules queued for the compile helpers
+  renderer: object = None                         # a GPU-style target's C renderer (the CPU's LLVM IR: render_kernel)
   # compile
   program: object = None                          # runtime/cpu.py CPUProgram or the device's program
   device_source: str | None = None                # a GPU-style target: the program's source (all kernels)
@@ -344,7 +345,7 @@ def _codegen(c: Compilation) -> None:
   n_items = sum(isinstance(item, KernelItem) for item in items)
   gpu, target = c.gpu, c.target
   max_group, parallelism = (target.max_group(), target.parallelism()) if gpu else (0, 0)
-  renderer = target.renderer() if gpu else None
+  c.renderer = renderer = target.renderer() if gpu else None
   # each CPU kernel is its own LLVM module, under a name derived from its code: a kernel seen before (in this graph,
   # another graph or another size of it) is one function, and its native object comes from the disk cache. The
   # modules compile in helper processes (runtime/cpu.py) while codegen goes on to the next kernels.
@@ -440,7 +441,7 @@ def _cpu_module(k, sym: str, source: str, work) -> tuple:
 def _compile(c: Compilation) -> None:
   if c.kernels and c.gpu:
     with _Timer("device_compile"):
-      c.device_source = c.target.renderer().program_source([src for src, _, _ in c.modules.values()])
+      c.device_source = c.renderer.program_source([src for src, _, _ in c.modules.values()])
       c.program = c.target.program(c.device_source, list(c.modules))
   elif c.kernels:
     with _Timer("llvm"):
