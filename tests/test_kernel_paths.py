@@ -10,7 +10,7 @@ import torch_uop
 import torch_uop.debug
 from torch_uop.lowering import linalg
 from torch_uop.core.uop import Ops
-from torch_uop.runtime import cpu
+from torch_uop.runtime import cpu, llvm_worker
 
 FRESH = {"graph_cache": False}  # tests that look at how a graph compiles must not get it from the graph cache
 
@@ -922,3 +922,22 @@ def test_reads_inside_their_buffer_need_no_mask_gate():
   gated = {u.src[0].arg for u in loads if len(u.src) == 3}
   assert gated and len(gated) == 1, [(u.src[0].arg, len(u.src)) for u in loads]  # only the input's read
   assert sum(1 for u in loads if len(u.src) == 2) >= 2  # the per-channel parameters
+
+
+@pytest.mark.skipif("+avx2" not in cpu.target_id()[1].split(","), reason="masked vector loads need AVX2 or AVX-512")
+def test_gated_contiguous_read_is_a_masked_vector_load():
+  """A padded row's read (its index contiguous in the row, gated by the padding mask) is a branch around a scalar
+  load in the IR the renderer writes, which LLVM's loop vectorizer turns into masked vector loads: no gathers, no
+  scalar lane-by-lane inserts. The padding reads 0, NaN and infinities in the input pass through as in eager."""
+  torch.manual_seed(0)
+  x = torch.randn(3, 5, 37, 45)
+  x[0, 0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+  fn = lambda x: F.pad(torch.sigmoid(x) * x, (1, 2, 1, 1), value=0.0)
+  g = torch_uop.debug.compile_graph(fn, x)
+  torch.testing.assert_close(g(x)[0], fn(x), equal_nan=True)
+  padded = next(i for i, k in enumerate(g.kernels) if any(len(u.src) == 3 for u in k.program if u.op is Ops.LOAD))
+  cpu_name, features, _ = cpu.target_id()
+  _, module = llvm_worker.compile_module(g.sources[padded], cpu_name, features, 3)
+  optimized = str(module)
+  assert "llvm.masked.load" in optimized
+  assert "gather" not in optimized and "insertelement <16 x float>" not in optimized

@@ -139,6 +139,7 @@ class _Function:
     self.counter = 0
     self.width: dict[UOp, int] = {}  # node -> lanes, for the vectors of a SIMD tile (codegen.vector_widths)
     self.splats: dict = {}  # (scalar name, lanes) -> its vector, in the current block
+    self.block = "start"  # the basic block being emitted (a phi names its predecessors)
 
   def tmp(self) -> str:
     self.counter += 1
@@ -147,6 +148,7 @@ class _Function:
   def emit(self, line: str): self.lines.append("  " + line)
   def label(self, name: str):
     self.lines.append(f"{name}:")
+    self.block = name
     self.splats.clear()  # (a block's values may not reach the next)
 
   def value(self, u: UOp) -> str:
@@ -314,15 +316,29 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
       f.names[u] = _strided_load(f, u, w, lane_columns.get(u), column_vectors)
     elif op is Ops.LOAD:
       buf, idx = f.value(u.src[0]), _first_index(f, u, w)
-      if len(u.src) == 3:
-        safe = f.tmp()
-        f.emit(f"{safe} = select i1 {f.value(u.src[2])}, i64 {idx}, i64 0")
-        idx = safe
-      ptr, val = f.tmp(), f.tmp()
       mem_t = "i8" if u.dtype.is_bool else LLVM_TYPE[u.dtype]
       vt = f"<{w} x {mem_t}>" if w else mem_t
-      f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {buf}, i64 {idx}")
-      f.emit(f"{val} = load {vt}, ptr {ptr}" + (f", align {max(1, u.dtype.itemsize)}" if w else ""))
+      ptr, val = f.tmp(), f.tmp()
+      if len(u.src) == 3 and not w:
+        # a gated scalar read as a branch around the load, its value 0 where the gate is false: the loop
+        # vectorizer turns that into a masked vector load where the index is contiguous (a padded row) and a
+        # gather only where it is not; a select of the index would make every contiguous read a gather
+        before, taken, join = f.block, f.tmp()[1:], f.tmp()[1:]
+        f.emit(f"br i1 {f.value(u.src[2])}, label %{taken}, label %{join}")
+        f.label(taken)
+        f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {buf}, i64 {idx}")
+        loaded = f.tmp()
+        f.emit(f"{loaded} = load {vt}, ptr {ptr}")
+        f.emit(f"br label %{join}")
+        f.label(join)
+        f.emit(f"{val} = phi {vt} [{loaded}, %{taken}], [{'0' if u.dtype.is_bool else render_const(0, u.dtype)}, %{before}]")
+      else:
+        if len(u.src) == 3:
+          safe = f.tmp()
+          f.emit(f"{safe} = select i1 {f.value(u.src[2])}, i64 {idx}, i64 0")
+          idx = safe
+        f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {buf}, i64 {idx}")
+        f.emit(f"{val} = load {vt}, ptr {ptr}" + (f", align {max(1, u.dtype.itemsize)}" if w else ""))
       if u.dtype.is_bool:
         b = f.tmp()
         f.emit(f"{b} = icmp ne {vt} {val}, {'zeroinitializer' if w else 0}")
