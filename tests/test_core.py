@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, graph_rewrite, toposort
+from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, graph_rewrite, toposort, RangeArg, AxisKind
 from torch_uop.core.dtypes import dtypes
 from torch_uop.core.symbolic import simplify, bounds
 from torch_uop.core.shapetracker import ShapeTracker
@@ -19,7 +19,7 @@ IDX = dtypes.index
 
 
 def c(v, dt=IDX) -> UOp: return UOp.const(dt, v)
-def rng(n: int, axis: int = 0) -> UOp: return UOp(Ops.RANGE, IDX, (c(n),), (axis, "global"))
+def rng(n: int, axis: int = 0) -> UOp: return UOp(Ops.RANGE, IDX, (c(n),), RangeArg(axis, AxisKind.GLOBAL))
 
 
 # ------------------------------------------------------------------ a reference evaluator for index UOps

@@ -1,6 +1,6 @@
 """Index math that keeps div/mod out of inner loops: bounds-based div/mod folding and reduce-loop placement."""
 import torch
-from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.uop import UOp, Ops, RangeArg, AxisKind
 from torch_uop.core.dtypes import dtypes
 from torch_uop.core.symbolic import simplify
 from torch_uop.core.codegen import _ranges_of
@@ -11,7 +11,7 @@ import torch_uop.debug
 def _c(v): return UOp.const(dtypes.index, v)
 
 
-def _range(axis, size): return UOp(Ops.RANGE, dtypes.index, (_c(size),), (axis, "global"))
+def _range(axis, size): return UOp(Ops.RANGE, dtypes.index, (_c(size),), RangeArg(axis, AxisKind.GLOBAL))
 
 
 def test_div_mod_with_one_quotient_over_the_range_fold():

@@ -31,7 +31,7 @@ class TestSnapshots(expecttest.TestCase):
     self.assertExpectedInline(pretty(k.ast), """\
 %0 = DEFINE_GLOBAL:float32() 0
 %1 = CONST:int64() 20
-%2 = RANGE:int64(%1) (1, AxisKind.SPLIT)
+%2 = RANGE:int64(%1) SPLIT(1)
 %3 = DEFINE_GLOBAL:float32() 1
 %4 = LOAD:float32(%3, %2)
 %5 = DEFINE_GLOBAL:float32() 2
@@ -90,11 +90,11 @@ attributes #0 = { nounwind noinline }
     self.assertExpectedInline(pretty(g.kernels[0].ast), """\
 %0 = DEFINE_GLOBAL:float32() 0
 %1 = CONST:int64() 4
-%2 = RANGE:int64(%1) (0, AxisKind.SPLIT)
+%2 = RANGE:int64(%1) SPLIT(0)
 %3 = DEFINE_GLOBAL:float32() 1
 %4 = CONST:int64() 5
 %5 = MUL:int64(%2, %4)
-%6 = RANGE:int64(%4) (101, AxisKind.REDUCE)
+%6 = RANGE:int64(%4) REDUCE(1)
 %7 = ADD:int64(%5, %6)
 %8 = LOAD:float32(%3, %7)
 %9 = REDUCE:float32(%8, %6) Ops.ADD
@@ -166,10 +166,10 @@ attributes #0 = { nounwind noinline }
     self.assertExpectedInline(pretty(g.kernels[0].ast), """\
 %0 = DEFINE_GLOBAL:float32() 0
 %1 = CONST:int64() 3
-%2 = RANGE:int64(%1) (0, AxisKind.SPLIT)
+%2 = RANGE:int64(%1) SPLIT(0)
 %3 = CONST:int64() 5
 %4 = MUL:int64(%2, %3)
-%5 = RANGE:int64(%3) (1, AxisKind.GLOBAL)
+%5 = RANGE:int64(%3) GLOBAL(1)
 %6 = ADD:int64(%4, %5)
 %7 = CONST:int64() 1
 %8 = CMPLE:bool(%7, %5)

@@ -143,7 +143,7 @@ def _ast_counts(kernel) -> tuple[dict, int | None]:
     if u.op is Ops.REDUCE: deps = deps - frozenset(u.src[1:])
     # a staged panel (AFTER its copy into a local array) is copied once per panel: its reads do not run in the copy's
     # loops (nor once per lane of the copy's vectors); a vector lane elsewhere counts its lanes, as a loop would
-    if u.op is Ops.AFTER: deps = frozenset(r for r in deps if r.arg[1] not in (AxisKind.STAGE, AxisKind.VECTOR))
+    if u.op is Ops.AFTER: deps = frozenset(r for r in deps if r.arg.kind not in (AxisKind.STAGE, AxisKind.VECTOR))
     ranges[u] = deps
 
   def runs(u) -> int:

@@ -30,7 +30,7 @@ import torch
 from torch_uop.core.dtypes import dtypes
 from torch_uop.torch_dtypes import to_torch
 from torch_uop.core.sym import is_sym, known_equal
-from torch_uop.core.uop import UOp, Ops, pretty, AxisKind
+from torch_uop.core.uop import UOp, Ops, pretty, AxisKind, RangeArg
 from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo, Schedule
 from torch_uop.core.shapetracker import ShapeTracker, contiguous_strides
@@ -276,7 +276,7 @@ def _view_through_layout(u: UOp, want: tuple | None, layout: tuple) -> tuple | N
   if not all(isinstance(x, int) for x in (*u.shape, *layout)): return None
   base = u.src[0]
   if base.dtype != u.dtype: return None
-  at = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (d, AxisKind.GLOBAL)) if n > 1 else UOp.const(dtypes.index, 0)
+  at = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), RangeArg(d, AxisKind.GLOBAL)) if n > 1 else UOp.const(dtypes.index, 0)
         for d, n in enumerate(u.shape)]
   flat, valid = (ShapeTracker.from_strides(base.shape, layout) + u.arg).to_indexed(at)
   valid, flat = simplify(valid), simplify(flat)
@@ -284,8 +284,8 @@ def _view_through_layout(u: UOp, want: tuple | None, layout: tuple) -> tuple | N
   strides = [0] * len(at)
   terms, offset = base_and_offset(flat)  # flat as a sum of range * constant terms and a constant
   for t in terms:
-    if t.op is Ops.RANGE: strides[t.arg[0]] += 1
-    elif t.op is Ops.MUL and t.src[0].op is Ops.RANGE and t.src[1].op is Ops.CONST: strides[t.src[0].arg[0]] += t.src[1].arg
+    if t.op is Ops.RANGE: strides[t.arg.axis] += 1
+    elif t.op is Ops.MUL and t.src[0].op is Ops.RANGE and t.src[1].op is Ops.CONST: strides[t.src[0].arg.axis] += t.src[1].arg
     else: return None
   if min(strides, default=0) < 0 or offset < 0: return None
   return _in_eager_layout(base, u.shape, strides, offset, want)

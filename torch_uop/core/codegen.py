@@ -16,19 +16,16 @@ import itertools
 import math
 from dataclasses import dataclass
 import dataclasses
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key, AxisKind, KernelLoopVar
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key, AxisKind, RangeArg, KernelLoopVar
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits, base_and_offset
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, STAGED_SLAB, heuristic_opts, gpu_opts, has_row_reductions, row_range_id, row_range_axis, stride_along
+from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, STAGED_SLAB, heuristic_opts, gpu_opts, has_row_reductions, stride_along
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext, known_equal
 
 IDX = dtypes.index
-LOOP_AXIS_BASE = 1000  # axis ids of LT.loop counters (output axes count from 0, reduce axes from 100)
-STAGE_AXIS_BASE = 2000  # axis ids of the loops copying a staged slab (STAGE_AXES_PER_COPY per copy)
-STAGE_AXES_PER_COPY = 16
 STAGE_LOCAL_BASE = 100  # DEFINE_LOCAL ids of staged slabs (row caches count from 0)
 STAGE_TILE = 8  # a slab is copied in square tiles of this side over its last two dims: the LLVM renderer loads a tile's
                 # rows as vectors and transposes them in registers where it is stored crosswise (renderer/transpose.py)
@@ -155,7 +152,7 @@ class _Evaluator:
       # the loops over the row that read it
       op, axes = node.arg
       k = len(self.row_ranges)
-      ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (row_range_id(k, a), AxisKind.REDUCE)) for a in axes)
+      ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), RangeArg(a, AxisKind.REDUCE, k)) for a in axes)
       self.row_ranges.append(ranges)
       src_idxs = list(idxs)
       for a, r in zip(axes, ranges): src_idxs[a] = r
@@ -164,7 +161,7 @@ class _Evaluator:
       op, axes = node.arg
       if self.reduce_ranges is None:
         kind = AxisKind.REDUCE if self.opts.vector_axis is None else AxisKind.REDUCE_SERIAL
-        self.reduce_ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), (100 + a, kind)) for a in axes)
+        self.reduce_ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), RangeArg(a, kind)) for a in axes)
         self.reduce_axes = axes
       assert self.reduce_axes == axes, "scheduler fused reductions over different axes"
       src_idxs = list(idxs)
@@ -203,7 +200,7 @@ class _Evaluator:
     slab = node.shape[1:]
     if self.staging == "off" or not (gate.op is Ops.CONST and gate.arg) or self.item.row_reduces: return False
     if any(not isinstance(n, int) for n in slab): return False
-    if any(u.op is Ops.RANGE and u.arg[1] not in (AxisKind.GLOBAL, AxisKind.SPLIT) for u in idxs[0].toposort()): return False
+    if any(u.op is Ops.RANGE and u.arg.kind not in (AxisKind.GLOBAL, AxisKind.SPLIT) for u in idxs[0].toposort()): return False
     staged_bytes = sum(math.prod(k.shape[1:]) * k.dtype.itemsize for k, _ in self.stages)
     return staged_bytes + math.prod(slab) * node.dtype.itemsize <= self.stage_bytes
 
@@ -219,7 +216,7 @@ class _Evaluator:
     if key not in self.stages:
       k = len(self.stages)
       tiled = [len(slab) >= 2 and d >= len(slab) - 2 and all(n % STAGE_TILE == 0 for n in slab[-2:]) for d in range(len(slab))]
-      ranges = [UOp(Ops.RANGE, IDX, (_c(n // STAGE_TILE if t else n),), (STAGE_AXIS_BASE + STAGE_AXES_PER_COPY * k + d, AxisKind.STAGE))
+      ranges = [UOp(Ops.RANGE, IDX, (_c(n // STAGE_TILE if t else n),), RangeArg(d, AxisKind.STAGE, k))
                 for d, (n, t) in enumerate(zip(slab, tiled))]
       local = UOp(Ops.DEFINE_LOCAL, node.dtype, (), (STAGE_LOCAL_BASE + k, math.prod(slab)))
       stores = None
@@ -250,7 +247,7 @@ class _Evaluator:
     if key not in self.loops:
       lid = len(self.loops)
       nstate = (len(node.src) - 2) // 2
-      counter = UOp(Ops.RANGE, IDX, (self.eval(node.src[0], idxs, gate).cast(IDX),), (LOOP_AXIS_BASE + lid, AxisKind.LOOP))
+      counter = UOp(Ops.RANGE, IDX, (self.eval(node.src[0], idxs, gate).cast(IDX),), RangeArg(lid, AxisKind.LOOP))
       self.loop_vars[key] = (counter, tuple(UOp(Ops.LOOP_VAR, s.dtype, (), KernelLoopVar(lid, i)) for i, s in enumerate(node.src[2:2 + nstate])))
       self.loops[key] = (lid, (counter, *[self.eval(s, idxs, gate) for s in node.src[1:]]))
     lid, src = self.loops[key]
@@ -313,7 +310,7 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
   for d, s in enumerate(out_shape):
     kind = AxisKind.SPLIT if d == opts.split_axis else AxisKind.GLOBAL
     trips = upcast_trips(s, opts.factor(d), _clamped(opts, out_shape, d))
-    loops.append(None if s == 1 else UOp(Ops.RANGE, IDX, (_c(trips),), (d, kind)))
+    loops.append(None if s == 1 else UOp(Ops.RANGE, IDX, (_c(trips),), RangeArg(d, kind)))
   out_buf = ev.buf(item.out_slot, root.dtype)
   stores = []
   # each axis' index at each of its tile positions, built once
@@ -358,17 +355,16 @@ def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_
 # register tiles with a SIMD axis are built as vectors along it (False: one scalar per position, for LLVM's SLP pass to
 # pack: the same machine code from about 16 times the IR, which LLVM took 0.25-1 s per module to optimize)
 VECTOR_TILES = True
-VECTOR_LANE_ID = 4000  # the axis id of a kernel's SIMD lane (vector_lane)
 
 
 def vector_lane(width: int) -> UOp:
   """The stand-in for a SIMD lane: a RANGE of kind "vector" over `width` lanes that no loop runs. Every node it
   reaches is a vector of `width` values (one per lane) to the renderer; a load or store it reaches reads or writes
   `width` consecutive elements (_vector_accesses gives their index as base + lane)."""
-  return UOp(Ops.RANGE, IDX, (_c(width),), (VECTOR_LANE_ID, AxisKind.VECTOR))
+  return UOp(Ops.RANGE, IDX, (_c(width),), RangeArg(0, AxisKind.VECTOR))
 
 
-def is_vector_lane(u: UOp) -> bool: return u.op is Ops.RANGE and u.arg[1] == AxisKind.VECTOR
+def is_vector_lane(u: UOp) -> bool: return u.op is Ops.RANGE and u.arg.kind == AxisKind.VECTOR
 
 
 def vector_widths(nodes: list) -> dict:
@@ -446,7 +442,6 @@ def _vector_accesses(ast: UOp) -> UOp:
   return new.get(ast, ast)
 
 
-LANE_AXIS_BASE = 3000  # axis ids of the stand-ins for tile positions (_lane_tile)
 
 
 def _lane_tile(item: KernelItem, opts: KernelOpts, loops: list):
@@ -475,7 +470,7 @@ def _lane_tile(item: KernelItem, opts: KernelOpts, loops: list):
     f = opts.factor(d)
     if r is None: idxs.append(_c(0)); continue
     if f == 1: idxs.append(r); continue
-    lanes[d] = UOp(Ops.RANGE, IDX, (_c(f),), (LANE_AXIS_BASE + d, AxisKind.LANE))
+    lanes[d] = UOp(Ops.RANGE, IDX, (_c(f),), RangeArg(d, AxisKind.LANE))
     idxs.append(_upcast_index(r, f, 0, shape[d]) + lanes[d])
   return lanes, tuple(idxs)
 
@@ -495,7 +490,7 @@ def _at_position(u: UOp, offsets: dict, reach: dict, cache: dict) -> UOp:
 
 def _lane_reaches(u: UOp, reach: dict) -> bool:
   """Whether a lane (a RANGE of kind "lane") is u or below it; `reach` memoizes it per node."""
-  if u not in reach: reach[u] = u.op is Ops.RANGE and u.arg[1] == AxisKind.LANE or any([_lane_reaches(s, reach) for s in u.src])
+  if u not in reach: reach[u] = u.op is Ops.RANGE and u.arg.kind == AxisKind.LANE or any([_lane_reaches(s, reach) for s in u.src])
   return reach[u]
 
 
@@ -510,12 +505,12 @@ def _cache_row_values(ast: UOp) -> UOp:
   instead of two. The later pass's copy is found as the summand with each reduce loop replaced by the output loop
   of the same axis."""
   nodes = ast.toposort()
-  outputs = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] in (AxisKind.GLOBAL, AxisKind.SPLIT)}
+  outputs = {n.arg.axis: n for n in nodes if n.op is Ops.RANGE and n.arg.kind in (AxisKind.GLOBAL, AxisKind.SPLIT)}
   present = set(nodes)
   mapping, stores = {}, []
   for red in (n for n in nodes if n.op is Ops.REDUCE and has_row_reductions([n])):
     value, ranges = red.src[0], red.src[1:]
-    axes = [row_range_axis(r.arg[0]) for r in ranges]
+    axes = [r.arg.axis for r in ranges]
     if not any(n.op in _COSTLY for n in value.toposort()) or not all(a in outputs for a in axes): continue
     if any(outputs[a].src[0] is not r.src[0] for a, r in zip(axes, ranges)): continue  # an upcast output loop
     sizes = tuple(r.src[0].arg for r in ranges)
@@ -579,8 +574,8 @@ def with_slots(kernel: Kernel, name: str, slot_of: dict) -> Kernel:
 
 def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:
   """The AST with output loop `split_axis` marked as the thread-split loop (what _kernel_ast does for it)."""
-  loops = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg == (split_axis, AxisKind.GLOBAL)]
-  return substitute(ast, {r: r.replace(arg=(split_axis, AxisKind.SPLIT)) for r in loops}) if loops else ast
+  loops = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg == RangeArg(split_axis, AxisKind.GLOBAL)]
+  return substitute(ast, {r: r.replace(arg=RangeArg(split_axis, AxisKind.SPLIT)) for r in loops}) if loops else ast
 
 
 def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, device_kind: str = "cpu",
@@ -612,7 +607,7 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
     table = ev.buf(vars_slot, dtypes.int64)
     ast = substitute(ast, {v: UOp(Ops.DEFINE_VAR, IDX, (table,), v.arg + (position[v.arg[0]],)) for v in size_vars})
   slots = [item.out_slot] + sorted(s for s in ev.args if s != item.out_slot)
-  split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] == AxisKind.SPLIT), None)
+  split = next((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg.kind == AxisKind.SPLIT), None)
   split_size = 0 if split is None else split.src[0].arg if split.src[0].op is Ops.CONST else Sym(split.src[0])
   program = linearize(_vector_accesses(ast) if cpu else ast, opts.loop_order)
   return Kernel(name, ast, slots, [ev.args[s].dtype for s in slots], program, opts, split_size, _group_size(program, opts))
@@ -624,9 +619,9 @@ def kernel_work(k):
   widths = vector_widths(k.program)
   trips = 1
   for u in k.program:
-    if u.op is Ops.RANGE and u.arg[1] == AxisKind.STAGE: continue  # (a copy beside the loop nest, not inside it)
+    if u.op is Ops.RANGE and u.arg.kind == AxisKind.STAGE: continue  # (a copy beside the loop nest, not inside it)
     if u.op is Ops.RANGE and u.src[0].op is Ops.CONST: trips *= u.src[0].arg
-    elif u.op is Ops.RANGE and u.arg[1] != AxisKind.LOOP: trips = trips * Sym(u.src[0])
+    elif u.op is Ops.RANGE and u.arg.kind != AxisKind.LOOP: trips = trips * Sym(u.src[0])
   return trips * max(1, sum(widths.get(u, 1) for u in k.program))
 
 
@@ -667,8 +662,8 @@ def _merge_loops(ast: UOp) -> UOp:
   nodes = ast.toposort()
   if any(n.op in _MERGE_BLOCKERS for n in nodes): return ast
   ranges = [n for n in nodes if n.op is Ops.RANGE and n.src[0].op is Ops.CONST]
-  outputs = sorted((r for r in ranges if r.arg[1] in (AxisKind.GLOBAL, AxisKind.SPLIT)), key=lambda r: (r.arg[1] != AxisKind.SPLIT, r.arg[0]))
-  reduces = sorted((r for r in ranges if r.arg[1] in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)), key=lambda r: r.arg[0])
+  outputs = sorted((r for r in ranges if r.arg.kind in (AxisKind.GLOBAL, AxisKind.SPLIT)), key=lambda r: (r.arg.kind != AxisKind.SPLIT, r.arg.axis))
+  reduces = sorted((r for r in ranges if r.arg.kind in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)), key=lambda r: r.arg.order)
   if len(outputs) < 2 and len(reduces) < 2: return ast
   # every index expression that is an operand of something other than more affine index math (a reduction's list of
   # its loops is not one)
@@ -684,8 +679,8 @@ def _merge_loops(ast: UOp) -> UOp:
       if not all(t.get(merged, 0) == trips * t.get(inner, 0) for t in forms):
         merged = inner
         continue
-      kind = AxisKind.SPLIT if AxisKind.SPLIT in (merged.arg[1], inner.arg[1]) else inner.arg[1]
-      m = UOp(Ops.RANGE, IDX, (_c(merged.src[0].arg * trips),), (inner.arg[0], kind))
+      kind = AxisKind.SPLIT if AxisKind.SPLIT in (merged.arg.kind, inner.arg.kind) else inner.arg.kind
+      m = UOp(Ops.RANGE, IDX, (_c(merged.src[0].arg * trips),), RangeArg(inner.arg.axis, kind))
       for t in forms:  # c_outer*outer + c_inner*inner = c_inner*m
         c = t.pop(inner, 0)
         t.pop(merged, None)
@@ -706,7 +701,7 @@ def _merge_loops(ast: UOp) -> UOp:
 def _group_size(program: list, opts: KernelOpts) -> int:
   """Work-items per group: opts.group, or less (a power of two) when the outermost reduce loop is shorter."""
   from torch_uop.core.opt import _trip_count
-  first = next((u for u in program if u.op is Ops.RANGE and u.arg[1] in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)), None)
+  first = next((u for u in program if u.op is Ops.RANGE and u.arg.kind in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)), None)
   if not opts.group or first is None: return 0
   trips = _trip_count(first) or opts.group
   size = opts.group
@@ -741,7 +736,7 @@ def _ranges_of(u: UOp, cache: dict) -> frozenset:
   elif u.op is Ops.RANGE: r = frozenset([u]) | _ranges_of(u.src[0], cache)  # an LT.loop's trip count is data
   elif u.op is Ops.REDUCE: r = _ranges_of(u.src[0], cache) - frozenset(u.src[1:])
   elif u.op is Ops.AFTER:  # (what it waits for is done once its loops end)
-    r = frozenset(x for s in u.src[1:] for x in _ranges_of(s, cache) if x.arg[1] != AxisKind.STAGE)
+    r = frozenset(x for s in u.src[1:] for x in _ranges_of(s, cache) if x.arg.kind != AxisKind.STAGE)
   elif not u.src: r = frozenset()
   else:
     r = _ranges_of(u.src[0], cache)
@@ -823,7 +818,7 @@ def _stage_blocks(nodes: list, rcache: dict, outer_ranges: list, skip: set) -> t
   position = {r: d for d, r in enumerate(outer_ranges)}
   copies: dict = {}  # the copy's loops -> its stores
   for n in nodes:
-    loops = frozenset(r for r in rcache[n] if r.arg[1] == AxisKind.STAGE)
+    loops = frozenset(r for r in rcache[n] if r.arg.kind == AxisKind.STAGE)
     if n.op is Ops.STORE and n.src[0].op is Ops.DEFINE_LOCAL and loops: copies.setdefault(loops, []).append(n)
   blocks: dict = {}
   placed: set = set()
@@ -836,7 +831,7 @@ def _stage_blocks(nodes: list, rcache: dict, outer_ranges: list, skip: set) -> t
     loads = [n for n in body if n.op is Ops.LOAD]
     ranges = [n for n in nodes if n in above and n.op is Ops.RANGE]
     moved = {r: sum(abs(stride_along(ld.src[1], r, ranges) or 0) for ld in loads) for r in loops}
-    order = sorted(loops, key=lambda r: (-moved[r], r.arg[0]))
+    order = sorted(loops, key=lambda r: (-moved[r], r.arg.order))
     level = {r: d for d, r in enumerate(order)}
     lines = [n for n in own if not rcache[n] & loops]
     for d, r in enumerate(order): lines += [r, *[n for n in body if max(level[x] for x in rcache[n] & loops) == d]]
@@ -849,8 +844,8 @@ def _stage_blocks(nodes: list, rcache: dict, outer_ranges: list, skip: set) -> t
 def _output_ranges(nodes: list, reduce_ranges: set, loop_order: tuple = ()) -> list:
   """The kernel's output loops in `loop_order` (else axis order), the thread-split loop outermost."""
   place = {a: k for k, a in enumerate(loop_order)}
-  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg[1] not in (AxisKind.LOOP, AxisKind.STAGE, AxisKind.VECTOR)} - reduce_ranges,
-                key=lambda r: (r.arg[1] != AxisKind.SPLIT, place.get(r.arg[0], r.arg[0])))
+  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg.kind not in (AxisKind.LOOP, AxisKind.STAGE, AxisKind.VECTOR)} - reduce_ranges,
+                key=lambda r: (r.arg.kind != AxisKind.SPLIT, (0, 0, place.get(r.arg.axis, r.arg.axis)) if r.arg.order[0] == 0 else r.arg.order))
 
 
 def _linearize_rows(nodes: list, rcache: dict) -> list[UOp]:
@@ -934,12 +929,12 @@ def _order_reduce_ranges(reduce_ranges: list, nodes: list, rcache: dict) -> list
 
 def _loop_membership(nodes: list) -> dict:
   """node -> the loop ids whose counter or state it reads (a LOOP hides its own loop), for toposorted nodes."""
-  if not any(n.op is Ops.LOOP_VAR or n.op is Ops.RANGE and n.arg[1] == AxisKind.LOOP for n in nodes):
+  if not any(n.op is Ops.LOOP_VAR or n.op is Ops.RANGE and n.arg.kind == AxisKind.LOOP for n in nodes):
     return dict.fromkeys(nodes, frozenset())  # (the common case: no LT.loop in the kernel)
   loop_of: dict = {}
   for n in nodes:
     if n.op is Ops.LOOP_VAR: loop_of[n] = frozenset([n.arg.loop])
-    elif n.op is Ops.RANGE and n.arg[1] == AxisKind.LOOP: loop_of[n] = frozenset([n.arg[0] - LOOP_AXIS_BASE])
+    elif n.op is Ops.RANGE and n.arg.kind == AxisKind.LOOP: loop_of[n] = frozenset([n.arg.axis])
     else:
       deps = frozenset().union(*[loop_of[s] for s in n.src])
       loop_of[n] = deps - {n.arg[0]} if n.op is Ops.LOOP else deps

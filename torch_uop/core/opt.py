@@ -41,21 +41,9 @@ class KernelOpts:
   def factor(self, axis: int) -> int: return dict(self.upcast).get(axis, 1)
 
 
-ROW_AXIS_BASE = 10000  # axis ids of row reductions' loops (codegen; ROW_AXES_PER_REDUCTION per reduction)
-ROW_AXES_PER_REDUCTION = 16
-
-
-def row_range_id(k: int, axis: int) -> int:
-  """The RANGE axis id of row reduction k's loop over tensor axis `axis` (row_range_axis inverts it)."""
-  return ROW_AXIS_BASE + ROW_AXES_PER_REDUCTION * k + axis
-
-
-def row_range_axis(range_id: int) -> int: return (range_id - ROW_AXIS_BASE) % ROW_AXES_PER_REDUCTION
-
-
 def has_row_reductions(reduces: list) -> bool:
   """Whether a kernel's REDUCEs include row reductions (loops of their own, schedule.KernelItem.row_reduces)."""
-  return any(r.src[1].arg[0] >= ROW_AXIS_BASE for r in reduces)
+  return any(r.src[1].arg.row_reduce for r in reduces)
 
 
 UPCAST_FACTOR = 4
@@ -158,7 +146,7 @@ def _depends_on(u: UOp, r: UOp, cache: dict) -> bool:
 def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2) -> KernelOpts:
   """`vectors`: the CPU's vector registers (runtime/cpu.py vector_unit), which size the register tiles."""
   nodes = plain_ast.toposort()
-  ranges = {n.arg[0]: n for n in nodes if n.op is Ops.RANGE and n.arg[1] == AxisKind.GLOBAL}
+  ranges = {n.arg.axis: n for n in nodes if n.op is Ops.RANGE and n.arg.kind == AxisKind.GLOBAL}
   all_ranges = [n for n in nodes if n.op is Ops.RANGE]
   reduces = [n for n in nodes if n.op is Ops.REDUCE]
   if has_row_reductions(reduces):
@@ -356,10 +344,10 @@ def _contiguous_upcast(out_shape: tuple, nodes: list, outputs: int, parallelism:
   if outputs < GPU_UPCAST * parallelism: return KernelOpts()
   ranges = [n for n in nodes if n.op is Ops.RANGE]
   stores = [n for n in nodes if n.op is Ops.STORE]
-  for r in sorted((n for n in ranges if n.arg[1] == AxisKind.GLOBAL), key=lambda n: -n.arg[0]):
-    size = out_shape[r.arg[0]]
+  for r in sorted((n for n in ranges if n.arg.kind == AxisKind.GLOBAL), key=lambda n: -n.arg.axis):
+    size = out_shape[r.arg.axis]
     if not is_sym(size) and size % GPU_UPCAST == 0 and all(stride_along(s.src[1], r, ranges) == 1 for s in stores):
-      return KernelOpts(((r.arg[0], GPU_UPCAST),))
+      return KernelOpts(((r.arg.axis, GPU_UPCAST),))
   return KernelOpts()
 
 

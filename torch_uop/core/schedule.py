@@ -15,7 +15,7 @@ memory (the executor does).
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, AxisKind
+from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, AxisKind, RangeArg
 from torch_uop.core.dtypes import DType
 from torch_uop.core.shapetracker import contiguous_strides
 from torch_uop.core.sym import hint, is_sym
@@ -196,7 +196,7 @@ def _broadcast_back(view: UOp, domain: tuple | None, realized: set, reduced: fro
   if any(a < kept for a in reduced): return False
   from torch_uop.core.symbolic import simplify
   from torch_uop.core.dtypes import dtypes
-  idx = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, x),), (k, AxisKind.GLOBAL)) for k, x in enumerate(domain)]
+  idx = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, x),), RangeArg(k, AxisKind.GLOBAL)) for k, x in enumerate(domain)]
   flat, valid = view.arg.to_indexed(idx)
   want = UOp.const(dtypes.index, 0)
   for i, st in zip(idx[:kept], contiguous_strides(src.shape)): want = want + i * UOp.const(dtypes.index, st)

@@ -7,7 +7,7 @@ It only rewrites integer and boolean arithmetic (floats are left exactly as lowe
 """
 from __future__ import annotations
 import math
-from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, graph_rewrite, substitute, AxisKind
+from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, graph_rewrite, substitute, AxisKind, LimitedRange
 from torch_uop.core.dtypes import dtypes
 
 _INF = math.inf
@@ -452,6 +452,6 @@ def simplify_within(u: UOp, limits: dict) -> UOp:
   fresh range of hi - lo iterations plus lo, simplified, and put back."""
   if not limits: return simplify(u)
   ix = lambda v: v if isinstance(v, UOp) else UOp.const(dtypes.index, v)  # a bound may be a symbolic size
-  fresh = {r: UOp(Ops.RANGE, r.dtype, (simplify(ix(hi) - ix(lo)),), (r.arg, AxisKind.LIMITED, lo)) for r, (lo, hi) in limits.items()}
+  fresh = {r: UOp(Ops.RANGE, r.dtype, (simplify(ix(hi) - ix(lo)),), LimitedRange(r.arg, AxisKind.LIMITED, lo)) for r, (lo, hi) in limits.items()}
   narrowed = simplify(substitute(u, {r: fresh[r] + ix(lo) for r, (lo, _) in limits.items()}))
   return simplify(substitute(narrowed, {fresh[r]: r - ix(lo) for r, (lo, _) in limits.items()}))

@@ -40,7 +40,7 @@ class Ops(enum.Enum):
   DEFINE_GLOBAL = enum.auto()  # kernel argument pointer; arg=slot
   DEFINE_LOCAL = enum.auto()   # scratch array private to one kernel call (CPU: on its stack); arg=(id, elements)
   AFTER = enum.auto()          # src=(DEFINE_LOCAL, *u): that array, read only once every u is computed (an ordering edge)
-  RANGE = enum.auto()          # loop variable; src=(size,), arg=(axis id, AxisKind)
+  RANGE = enum.auto()          # loop variable; src=(size,), arg=RangeArg(axis, AxisKind, group)
   LOAD = enum.auto()           # src=(buffer, index[, valid])
   STORE = enum.auto()          # src=(buffer, index, value)
   REDUCE = enum.auto()         # src=(value, *ranges), arg=reduce op
@@ -68,7 +68,7 @@ class Ops(enum.Enum):
 
 
 class AxisKind(str, enum.Enum):
-  """What a RANGE loops over: its arg is (axis id, AxisKind). A str, equal to and hashed as its value, so a kind
+  """What a RANGE loops over (RangeArg.kind). A str, equal to and hashed as its value, so a kind
   compares and hash-conses like the string it stands for."""
   GLOBAL = "global"                # an output axis
   SPLIT = "split"                  # the output axis the CPU threads divide (the kernel takes its bounds as arguments)
@@ -78,10 +78,46 @@ class AxisKind(str, enum.Enum):
   LOOP = "loop"                    # an LT.loop's counter, whose trip count is data
   VECTOR = "vector"                # the stand-in for a SIMD lane: no loop runs it (codegen.vector_lane)
   LANE = "lane"                    # a register tile's stand-in position while its vector form is checked (codegen._lane_tile)
-  LIMITED = "limited"              # a range narrowed to [lo, hi) by the simplifier; arg (range's arg, kind, lo)
+  LIMITED = "limited"              # a range narrowed to [lo, hi) by the simplifier (symbolic; arg a LimitedRange)
 
   def __repr__(self): return repr(self.value)
   def __str__(self): return self.value
+
+
+# the loop-nest order of RANGE kinds (RangeArg.order): output loops outermost, a row reduction's own loops last
+_KIND_ORDER = {AxisKind.GLOBAL: 0, AxisKind.SPLIT: 0, AxisKind.REDUCE: 1, AxisKind.REDUCE_SERIAL: 1, AxisKind.LOOP: 2,
+               AxisKind.STAGE: 3, AxisKind.LANE: 4, AxisKind.VECTOR: 5}
+_ROW_REDUCE_ORDER = 6
+
+
+class RangeArg(NamedTuple):
+  """RANGE's arg. `kind` says what the loop runs over and `axis` which one: the output axis (GLOBAL, SPLIT), the
+  reduced axis of the input (REDUCE, REDUCE_SERIAL), the slab dimension (STAGE), the tile position (LANE), the
+  LT.loop's number (LOOP), 0 for the SIMD lane (VECTOR). `group` tells apart loops of one kind over the same axis in
+  one kernel: which row reduction (a REDUCE in loops of its own, schedule.KernelItem.row_reduces) or which staged copy
+  (STAGE) a loop belongs to; None for the rest."""
+  axis: int
+  kind: AxisKind
+  group: int | None = None
+
+  def __repr__(self): return f"{self.kind.name}({self.axis}" + ("" if self.group is None else f", group {self.group}") + ")"
+
+  @property
+  def row_reduce(self) -> bool: return self.kind == AxisKind.REDUCE and self.group is not None
+
+  @property
+  def order(self) -> tuple:
+    """A sort key: kinds in loop-nest order (outputs, reductions, LT.loop counters, staged copies, tile positions,
+    the SIMD lane, row reductions' loops), then group, then axis."""
+    return (_ROW_REDUCE_ORDER if self.row_reduce else _KIND_ORDER[self.kind], self.group or 0, self.axis)
+
+
+class LimitedRange(NamedTuple):
+  """A LIMITED RANGE's arg (symbolic.py, while it simplifies under a mask): the range it stands for, narrowed to start
+  at `lo`."""
+  of: RangeArg
+  kind: AxisKind
+  lo: Any
 
 
 UNARY = {Ops.NEG, Ops.RECIP, Ops.NOT, Ops.CAST, Ops.BITCAST}
@@ -255,6 +291,7 @@ def toposort(roots: Iterable[UOp]) -> list[UOp]:
 def _fmt_arg(arg) -> str:
   # enum members print by name only: their numeric values shift whenever an op is added
   if isinstance(arg, enum.Enum): return f"{type(arg).__name__}.{arg.name}"
+  if isinstance(arg, RangeArg): return repr(arg)
   if isinstance(arg, tuple): return "(" + ", ".join(map(_fmt_arg, arg)) + ("," if len(arg) == 1 else "") + ")"
   return repr(arg)
 

@@ -34,7 +34,7 @@ def launch_items(program: list[UOp]):
   from torch_uop.core.sym import Sym
   n = 1
   for u in program:
-    if u.op is Ops.RANGE and u.arg[1] in OUTER_KINDS: n = n * (u.src[0].arg if u.src[0].op is Ops.CONST else Sym(u.src[0]))
+    if u.op is Ops.RANGE and u.arg.kind in OUTER_KINDS: n = n * (u.src[0].arg if u.src[0].op is Ops.CONST else Sym(u.src[0]))
   return n
 
 
@@ -174,8 +174,8 @@ class CStyleRenderer:
     used = self.used
     indent = [1]
     counter = [0]
-    outer = [u for u in program if u.op is Ops.RANGE and u.arg[1] in OUTER_KINDS]
-    reduce_ranges = [u for u in program if u.op is Ops.RANGE and u.arg[1] in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)]
+    outer = [u for u in program if u.op is Ops.RANGE and u.arg.kind in OUTER_KINDS]
+    reduce_ranges = [u for u in program if u.op is Ops.RANGE and u.arg.kind in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)]
     group_range = reduce_ranges[0] if grouped and reduce_ranges else None
     reduces = [u for u in program if u.op is Ops.REDUCE]
     load_groups, store_groups = self.vector_groups(program)
@@ -231,7 +231,7 @@ class CStyleRenderer:
         if u not in names:
           emit(f"{self.index_type} {n} = {val(u.src[0])}[{u.arg[3]}];")
           names[u] = n
-      elif op is Ops.RANGE and u.arg[1] in OUTER_KINDS:
+      elif op is Ops.RANGE and u.arg.kind in OUTER_KINDS:
         prologue()
       elif op is Ops.RANGE:
         prologue()
@@ -241,7 +241,7 @@ class CStyleRenderer:
         else: emit(f"for ({ix} {n} = 0; {n} < {val(u.src[0])}; {n}++) {{")
         indent[0] += 1
       elif op is Ops.ENDRANGE:
-        if u.src[0].arg[1] in OUTER_KINDS: continue
+        if u.src[0].arg.kind in OUTER_KINDS: continue
         indent[0] -= 1
         emit("}")
       elif op is Ops.DEFINE_ACC:

@@ -189,12 +189,12 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
   f.width = vector_widths(program)
   # SIMD across upcast outputs (a serial reduce loop, or an output stored as vectors): no loop of the kernel is for
   # LLVM to vectorize (a staged slab's copy loops aside)
-  serial = any(u.op is Ops.RANGE and u.arg[1] == AxisKind.REDUCE_SERIAL or u.op is Ops.STORE and u in f.width and
+  serial = any(u.op is Ops.RANGE and u.arg.kind == AxisKind.REDUCE_SERIAL or u.op is Ops.STORE and u in f.width and
                u.src[0].op is Ops.DEFINE_GLOBAL for u in program)
   innermost = [u for u in program if u.op is Ops.RANGE][-1:] if innermost_simd else []
   # (a staged slab's copy loops are LLVM's to vectorize whatever the kernel around them does)
-  scalar_loops = {u for u in program if u.op is Ops.RANGE and u.arg[1] != AxisKind.STAGE and
-                  (u.arg[1] in (AxisKind.REDUCE_SERIAL, AxisKind.LOOP) or serial or (innermost_simd and u not in innermost))}
+  scalar_loops = {u for u in program if u.op is Ops.RANGE and u.arg.kind != AxisKind.STAGE and
+                  (u.arg.kind in (AxisKind.REDUCE_SERIAL, AxisKind.LOOP) or serial or (innermost_simd and u not in innermost))}
   forced = _forced_simd_loops(program, scalar_loops)
   loop_ids = _loop_ids(program, scalar_loops, forced)
   # a vector load's or store's index, ADD(its first element's index, the lane), is read for its first operand only
@@ -234,7 +234,7 @@ def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermos
     elif op is Ops.RANGE:
       lid = f"r{len(loops)}"
       loops[u] = lid
-      split = u.arg[1] == AxisKind.SPLIT  # the thread-split loop runs [lo, hi), given by the caller
+      split = u.arg.kind == AxisKind.SPLIT  # the thread-split loop runs [lo, hi), given by the caller
       f.allocas.append(f"%{lid}.addr = alloca i64")
       f.emit(f"store i64 {'%lo' if split else 0}, ptr %{lid}.addr")
       f.emit(f"br label %{lid}.cond")
