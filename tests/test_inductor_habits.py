@@ -492,3 +492,22 @@ def test_no_garbage_collection_while_compiling(monkeypatch):
     assert all(not enabled for enabled, _ in seen)
     assert all(frozen for _, frozen in seen) == (not user_disabled)  # (left alone where the user turned it off)
     assert enabled_after == (not user_disabled) and gc.get_freeze_count() == 0
+
+
+def test_lowering_scope_is_per_thread_and_restored():
+  """The graph being lowered (its device, vector registers, symbolic sizes) is a GraphScope held per thread while
+  lower_graph runs: another thread meanwhile sees the default (the CPU), a nested scope is undone when it ends, and
+  a `device=` argument is judged against the scope's device."""
+  import threading
+  from torch_uop.lowering.registry import on_graph_device
+  from torch_uop.lowering.scope import GraphScope, graph_scope, lowering_scope
+  seen = {}
+  with lowering_scope(GraphScope(torch.device("cuda", 1), vectors="registers")):
+    worker = threading.Thread(target=lambda: seen.update(other=graph_scope()))
+    worker.start(); worker.join()
+    seen["gpu"] = (on_graph_device("cuda:1"), on_graph_device("cuda"), on_graph_device("cuda:0"), on_graph_device("cpu"))
+    with lowering_scope(GraphScope()): seen["inner"] = on_graph_device("cpu")
+    seen["after"] = graph_scope()
+  assert seen["other"] == GraphScope() and seen["other"].device.type == "cpu"
+  assert seen["gpu"] == (True, True, False, False) and seen["inner"]
+  assert seen["after"].vectors == "registers" and graph_scope() == GraphScope()

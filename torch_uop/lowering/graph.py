@@ -19,7 +19,8 @@ import torch.fx
 from torch_uop.core.uop import UOp, Ops
 from torch_uop.torch_dtypes import from_torch, UnsupportedDType, complex_part
 from torch_uop.core.shapetracker import ShapeTracker
-from torch_uop.lowering.registry import lowering_for, LoweringContext, set_graph_device, on_graph_device
+from torch_uop.lowering.registry import lowering_for, LoweringContext, on_graph_device
+from torch_uop.lowering.scope import GraphScope, lowering_scope
 from torch_uop.lowering.specialize import is_symbolic, to_size, SizeVars
 from torch_uop.lowering.tensor import LT
 from torch_uop import counters as _metrics, log
@@ -180,14 +181,10 @@ def lower_graph(gm: torch.fx.GraphModule, sizes: SizeVars | None = None,
   core.sym.SizeContext, which records the guards the lowering's decisions need). `device`: where the graph's
   tensors live (the CPU, or the CUDA device of a graph for the CUDA target); inputs elsewhere make it fall back.
   `vectors`: the vector registers of the CPU it compiles for (core/opt.py VectorUnit; None off the CPU)."""
-  SizeVars.set_active(sizes)
-  set_graph_device(device, vectors)
-  try: return _lower_graph(gm)
-  except UnsupportedDType as e:  # an input, or a value a fallback op would have to hold, has no IR dtype (e.g. complex)
-    raise WholeGraphFallback(str(e)) from e
-  finally:
-    SizeVars.set_active(None)
-    set_graph_device(torch.device("cpu"))
+  with lowering_scope(GraphScope(torch.device(device), vectors, sizes)):
+    try: return _lower_graph(gm)
+    except UnsupportedDType as e:  # an input, or a value a fallback op would have to hold, has no IR dtype (e.g. complex)
+      raise WholeGraphFallback(str(e)) from e
 
 
 def _lower_graph(gm: torch.fx.GraphModule) -> LoweredGraph:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 import torch
 from torch_uop.core.uop import Ops
-from torch_uop.lowering.registry import register, Unsupported, graph_vector_unit
+from torch_uop.lowering.registry import register, Unsupported
+from torch_uop.lowering.scope import graph_scope
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.core.sym import is_sym
 from torch_uop.core.opt import VECTOR_UPCAST, SWEEP_CACHE_BYTES
@@ -98,7 +99,7 @@ def _packs(a: LT, b: LT) -> bool:
   *batch, m, k = a.shape
   n = b.shape[-1]
   if batch or any(map(is_sym, (m, k, n))) or n % PANEL or m < PACK_MIN_ROWS or k < SHORT_REDUCE: return False
-  vectors = graph_vector_unit()
+  vectors = graph_scope().vectors
   size = b.dtype.itemsize
   if vectors is None: return k * n * size >= PACK_MIN_BYTES  # a GPU
   along_k = _column_major(b)
@@ -119,7 +120,7 @@ def _copies_transposed_a(a: LT, b: LT) -> bool:
   transposing copy is one pass over a at vector speed (core/opt.py's transpose tiles)."""
   *_, m, k = a.shape
   n = b.shape[-1]
-  if graph_vector_unit() is None or any(map(is_sym, (m, k, n))) or not _column_major(a): return False  # a CPU's caches
+  if graph_scope().vectors is None or any(map(is_sym, (m, k, n))) or not _column_major(a): return False  # a CPU's caches
   return m >= PACK_MIN_ROWS and k >= SHORT_REDUCE and n >= TRANSPOSED_A_MIN_COLUMNS
 
 
@@ -131,7 +132,7 @@ def _panel_matmul(a: LT, b: LT) -> LT:
   m, k = a.shape
   n = b.shape[-1]
   panels = b.reshape((k, n // PANEL, PANEL)).permute((1, 0, 2))                           # [N/P, K, P]
-  vectors = graph_vector_unit()
+  vectors = graph_scope().vectors
   staged = vectors is not None and k * PANEL * b.dtype.itemsize <= vectors.stage_bytes
   panels = panels.staged() if staged else panels.contiguous()
   full = (m, n // PANEL, PANEL, k)

@@ -15,6 +15,7 @@ import torch
 from torch_uop.core.dtypes import dtypes
 from torch_uop.torch_dtypes import from_torch
 from torch_uop.lowering.specialize import to_size
+from torch_uop.lowering.scope import graph_scope
 
 LOWERINGS: dict = {}
 # lowerings for nodes that read or produce complex tensors (held as real tensors with a trailing dim of 2);
@@ -22,26 +23,11 @@ LOWERINGS: dict = {}
 COMPLEX_LOWERINGS: dict = {}
 
 
-_graph_device = torch.device("cpu")  # the device of the graph being lowered (lowering/graph.py sets it)
-_graph_vectors = None                # the CPU's vector registers (core/opt.py VectorUnit), None off the CPU
-
-
-def set_graph_device(device: torch.device, vectors=None) -> None:
-  global _graph_device, _graph_vectors
-  _graph_device, _graph_vectors = torch.device(device), vectors
-
-
-def graph_vector_unit():
-  """The vector registers of the CPU the graph being lowered compiles for (core/opt.py VectorUnit), or None for a
-  GPU-style device: a lowering that lays data out for a register tile (linalg's packed panels) reads it."""
-  return _graph_vectors
-
-
 def on_graph_device(device) -> bool:
   """Whether a `device=` argument (None: the default) names the device of the graph being lowered."""
   if device is None: return True
-  d = torch.device(device)
-  return d.type == _graph_device.type and (d.index is None or _graph_device.index is None or d.index == _graph_device.index)
+  d, here = torch.device(device), graph_scope().device
+  return d.type == here.type and (d.index is None or here.index is None or d.index == here.index)
 
 
 class Unsupported(NotImplementedError):

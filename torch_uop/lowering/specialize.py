@@ -12,7 +12,7 @@ static FakeTensorMode), size arithmetic folded into constants, SymInt placeholde
 copy is an ordinary static graph for the rest of the pipeline. It must not change the original.
 """
 from __future__ import annotations
-import threading
+from torch_uop.lowering.scope import graph_scope
 import torch
 from torch.fx.node import map_arg
 
@@ -80,15 +80,11 @@ def specialize(gm: torch.fx.GraphModule, args: list) -> tuple[torch.fx.GraphModu
 
 class SizeVars:
   """PyTorch's size symbols (the sympy Symbols of a graph's ShapeEnv) as the IR's size variables, and where a
-  call's arguments hold each one's value. While a graph is lowered symbolically, `SizeVars.active()` (per
-  thread) converts every SymInt the lowering meets (`to_size`) into a core.sym.Sym."""
-  _local = threading.local()
+  call's arguments hold each one's value. While a graph is lowered symbolically, `SizeVars.active()` (the
+  lowering's GraphScope.sizes) converts every SymInt the lowering meets (`to_size`) into a core.sym.Sym."""
 
   @staticmethod
-  def active() -> "SizeVars | None": return getattr(SizeVars._local, "sizes", None)
-
-  @staticmethod
-  def set_active(sizes: "SizeVars | None") -> None: SizeVars._local.sizes = sizes
+  def active() -> "SizeVars | None": return graph_scope().sizes
 
   def __init__(self, gm: torch.fx.GraphModule, pinned: dict | None = None):
     """`pinned`: symbol name -> the value the compile treats it as (a constant, under a guard)."""
