@@ -21,7 +21,7 @@ from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits, base_and_offset
 from torch_uop.core.schedule import KernelItem
-from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, STAGED_SLAB, heuristic_opts, gpu_opts, has_row_reductions, stride_along
+from torch_uop.core.opt import KernelOpts, VectorUnit, AVX2, STAGED_SLAB, heuristic_opts, gpu_opts, has_row_reductions, stride_along, trip_count
 from torch_uop.core.transcendental import transcendental
 from torch_uop.core.sym import Sym, SizeContext, known_equal
 
@@ -296,7 +296,7 @@ def _clamped(opts: KernelOpts, shape: tuple, axis: int) -> bool:
   return isinstance(shape[axis], Sym) and opts.factor(axis) > 1 and axis != opts.vector_axis
 
 
-def _kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_bytes: int = 0,
+def kernel_ast(item: KernelItem, opts: KernelOpts, staging: str = "off", stage_bytes: int = 0,
                 simd_lanes: int = 0) -> tuple[UOp, _Evaluator]:
   """Evaluate the kernel's root at the loop indices `opts` describe; one STORE per upcast position, or with
   `simd_lanes`, per `simd_lanes` positions along the SIMD axis (opts.vector_axis) where the tile is built once at
@@ -573,7 +573,7 @@ def with_slots(kernel: Kernel, name: str, slot_of: dict) -> Kernel:
 
 
 def _relabel_split(ast: UOp, split_axis: int | None) -> UOp:
-  """The AST with output loop `split_axis` marked as the thread-split loop (what _kernel_ast does for it)."""
+  """The AST with output loop `split_axis` marked as the thread-split loop (what kernel_ast does for it)."""
   loops = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg == RangeArg(split_axis, AxisKind.GLOBAL)]
   return substitute(ast, {r: r.replace(arg=RangeArg(split_axis, AxisKind.SPLIT)) for r in loops}) if loops else ast
 
@@ -587,13 +587,13 @@ def build_kernel(item: KernelItem, name: str, opts: KernelOpts | None = None, de
   cpu = device_kind == "cpu"
   stage_bytes = vectors.stage_bytes if cpu and vectors is not None else 0  # (a GPU-style device stages nothing)
   if opts is None:
-    plain, plain_ev = _kernel_ast(item, KernelOpts(), "plan" if cpu else "off", stage_bytes)
+    plain, plain_ev = kernel_ast(item, KernelOpts(), "plan" if cpu else "off", stage_bytes)
     opts = heuristic_opts(item.root.shape, plain, vectors) if cpu else gpu_opts(item.root.shape, plain, max_group, parallelism)
     # without upcasts (or staged copies) the kernel is the plain AST with its split loop relabeled: no second build
     if not opts.upcast and opts.vector_axis is None and not plain_ev.stages: ast, ev = _relabel_split(plain, opts.split_axis), plain_ev
   if ast is None:
     simd_lanes = vectors.lanes if cpu and vectors is not None and VECTOR_TILES else 0
-    ast, ev = _kernel_ast(item, opts, "copy" if cpu else "off", stage_bytes, simd_lanes)
+    ast, ev = kernel_ast(item, opts, "copy" if cpu else "off", stage_bytes, simd_lanes)
   if item.row_reduces: ast = _cache_row_values(ast)
   elif cpu and not opts.loop_order: ast = _merge_loops(ast)
   # polynomial exp/erf vectorize on the CPU; a GPU-style device has its own math functions (and rounds to bf16 itself)
@@ -700,10 +700,9 @@ def _merge_loops(ast: UOp) -> UOp:
 
 def _group_size(program: list, opts: KernelOpts) -> int:
   """Work-items per group: opts.group, or less (a power of two) when the outermost reduce loop is shorter."""
-  from torch_uop.core.opt import _trip_count
   first = next((u for u in program if u.op is Ops.RANGE and u.arg.kind in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)), None)
   if not opts.group or first is None: return 0
-  trips = _trip_count(first) or opts.group
+  trips = trip_count(first) or opts.group
   size = opts.group
   while size > 32 and size // 2 >= trips: size //= 2
   return size
@@ -915,7 +914,6 @@ def _order_reduce_ranges(reduce_ranges: list, nodes: list, rcache: dict) -> list
   """Nest the reduce loops so that the innermost one walks every load it moves contiguously (locality, and
   SIMD along it), and otherwise so the one that the fewest divisions and modulos read runs innermost: index
   math over a convolution's window then stays out of the loop over channels. Stable otherwise."""
-  from torch_uop.core.opt import stride_along
   divmods = [n for n in nodes if n.op in (Ops.IDIV, Ops.MOD) and n.dtype.is_int]
   cost = {r: sum(1 for n in divmods if r in rcache[n]) for r in reduce_ranges}
   loads = [n for n in nodes if n.op is Ops.LOAD]

@@ -27,7 +27,8 @@ import itertools
 from dataclasses import dataclass
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, substitute, AxisKind
 from torch_uop.core.dtypes import dtypes
-from torch_uop.core.sym import is_sym, hint
+from torch_uop.core.sym import is_sym, hint, SizeContext, SymbolicSizeError, evaluate
+from torch_uop.core.symbolic import simplify
 
 
 @dataclass(frozen=True)
@@ -84,18 +85,16 @@ MIN_BLOCKED_REDUCE = 8
 MIN_SIMD_REDUCE = 8
 
 
-def _trip_count(r: UOp) -> int:
+def trip_count(r: UOp) -> int:
   """A loop's trip count; for a symbolic one, its value in the call being compiled (a heuristic's estimate, never
   used where correctness depends on it); 0 when it is data."""
   if r.src[0].op is Ops.CONST: return r.src[0].arg
-  from torch_uop.core.sym import SizeContext, SymbolicSizeError, evaluate
   try: return evaluate(r.src[0], SizeContext.current().hints)
   except (SymbolicSizeError, KeyError): return 0  # no symbolic compile, or a trip count read from data
 
 
 def stride_along(index: UOp, r: UOp, ranges: list) -> int | None:
   """How far an affine index moves when loop r steps by one (None if that is not a constant)."""
-  from torch_uop.core.symbolic import simplify
   zero = {x: UOp.const(dtypes.index, 0) for x in ranges}
   at0 = simplify(substitute(index, zero))
   at1 = simplify(substitute(index, {**zero, r: UOp.const(dtypes.index, 1)}))
@@ -156,7 +155,7 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
   upcast, vector_axis = [], None
   used_vars: set = set()  # size variables an upcast already divides (codegen writes each as factor * a new variable)
   reduce_size = 1
-  for r in (reduces[0].src[1:] if reduces else ()): reduce_size *= _trip_count(r)
+  for r in (reduces[0].src[1:] if reduces else ()): reduce_size *= trip_count(r)
   # register blocking pays off when each accumulator sees a long enough reduction
   if reduces and reduce_size >= MIN_BLOCKED_REDUCE:
     loads = [n for n in nodes if n.op is Ops.LOAD]
@@ -175,7 +174,7 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
     # accumulators, two vector loads and 8 broadcasts per 16 FMAs; with 16, 6 rows), else one. A symbolic axis takes
     # VECTOR_UPCAST whatever the CPU, so the guard on its divisibility, and the sizes one compile serves, stay the same
     # everywhere.
-    if not any(contiguous_along(r, loads) and _trip_count(r) >= MIN_SIMD_REDUCE for r in reduce_ranges):
+    if not any(contiguous_along(r, loads) and trip_count(r) >= MIN_SIMD_REDUCE for r in reduce_ranges):
       for axis in sorted(ranges, reverse=True):
         size, r = out_shape[axis], ranges[axis]
         widths = (VECTOR_UPCAST,) if is_sym(size) else (2 * vectors.lanes, vectors.lanes)
@@ -361,7 +360,7 @@ def gpu_opts(out_shape: tuple, plain_ast: UOp, max_group: int = GROUP_SIZE, para
   for s in out_shape: outputs *= hint(s)
   if not reduces: return _contiguous_upcast(out_shape, nodes, outputs, parallelism)
   reduce_size = 1
-  for r in reduces[0].src[1:]: reduce_size *= _trip_count(r)
+  for r in reduces[0].src[1:]: reduce_size *= trip_count(r)
   group = 1 << (min(GROUP_SIZE, max_group).bit_length() - 1)  # a power of two within the device's limit
   if group >= 2 and reduce_size >= GROUP_MIN_REDUCE and outputs < min(parallelism, GROUP_MAX_OUTPUTS):
     return KernelOpts(group=group)

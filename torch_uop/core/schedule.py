@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, AxisKind, RangeArg
-from torch_uop.core.dtypes import DType
+from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import contiguous_strides
 from torch_uop.core.sym import hint, is_sym
 from torch_uop.core.opt import CHEAP_MATH
+from torch_uop.core.symbolic import simplify
 
 
 @dataclass
@@ -194,8 +195,6 @@ def _broadcast_back(view: UOp, domain: tuple | None, realized: set, reduced: fro
   kept = next((k for k in range(nd, -1, -1) if k == 0 or src.shape[k - 1] != 1 or domain[k - 1] == 1), 0)
   if kept == nd or src.shape[:kept] != domain[:kept] or any(is_sym(x) for x in domain): return False
   if any(a < kept for a in reduced): return False
-  from torch_uop.core.symbolic import simplify
-  from torch_uop.core.dtypes import dtypes
   idx = [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, x),), RangeArg(k, AxisKind.GLOBAL)) for k, x in enumerate(domain)]
   flat, valid = view.arg.to_indexed(idx)
   want = UOp.const(dtypes.index, 0)

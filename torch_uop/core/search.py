@@ -17,6 +17,7 @@ import math
 import time
 from torch_uop.core.opt import KernelOpts, GPU_UPCAST
 from torch_uop.core.uop import Ops
+from torch_uop.core.codegen import kernel_ast
 
 MAX_SEARCH_S = 10.0      # per kernel, compile and timing together
 MAX_CANDIDATES = 40      # per kernel, the heuristic's and the plain kernel's opts included
@@ -30,9 +31,8 @@ MIN_GAIN = 0.05          # a winner must beat the heuristic by this fraction, el
 
 def plain_ast(item, stage_bytes: int = 0, gpu: bool = False):
   """The kernel's AST without opts, as the heuristic reads it (`stage_bytes`: the CPU's VectorUnit.stage_bytes)."""
-  from torch_uop.core.codegen import _kernel_ast
-  if gpu: return _kernel_ast(item, KernelOpts(), "off")[0]
-  return _kernel_ast(item, KernelOpts(), "plan", stage_bytes)[0]
+  if gpu: return kernel_ast(item, KernelOpts(), "off")[0]
+  return kernel_ast(item, KernelOpts(), "plan", stage_bytes)[0]
 
 
 def _default_split(shape: tuple, upcast: tuple) -> int | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch_uop.lowering.registry import register, Unsupported, on_graph_device
 from torch_uop.lowering.tensor import LT
+from torch_uop.core.dtypes import dtypes
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -59,7 +60,6 @@ def arange(ctx, *args, **kwargs):
   n = ctx.shape[0]
   dt = ctx.dtype
   if dt.is_float:
-    from torch_uop.core.dtypes import dtypes
     # eager's CPU arange computes start + step * i in acc_type: double for float and double, float for half types
     acc = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dtypes.float64
     return (LT.iota(n).cast(acc) * step + start).cast(dt)

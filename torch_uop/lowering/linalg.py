@@ -20,6 +20,7 @@ from torch_uop.lowering.scope import graph_scope
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.core.sym import is_sym
 from torch_uop.core.opt import VECTOR_UPCAST, SWEEP_CACHE_BYTES
+from torch_uop.lowering.movement import cat
 
 aten = torch.ops.aten
 
@@ -533,7 +534,6 @@ def cdist(ctx, x1, x2, p, compute_mode=None):
 @register(aten._pdist_forward.default)
 def pdist(ctx, x, p=2):
   """[N, M] -> the distances of the pairs i < j, in row-major order."""
-  from torch_uop.lowering.movement import cat
   n, m = x.shape
   if n < 2: return LT.full(ctx.shape, 0, ctx.dtype)
   acc = compute_dtype(ctx.dtype)

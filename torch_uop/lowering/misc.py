@@ -14,6 +14,7 @@ from torch_uop.core.uop import Ops
 from torch_uop.core.dtypes import dtypes
 from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.lowering.tensor import LT, compute_dtype
+from torch_uop.lowering.linalg import matmul
 
 aten = torch.ops.aten
 
@@ -469,7 +470,6 @@ def histogramdd_from_bin_tensors(ctx, x, bins, *, weight=None, density=False):
 def _linear_ce_parts(x, lw, target, lb, w, ignore_index):
   """Per-sample pieces of cross entropy over logits = x @ lw^T (+ lb), in float32 or wider:
   (logits [N, C], softmax [N, C], one-hot of the target [N, C], per-sample weight [N] (0 if ignored), nll [N])."""
-  from torch_uop.lowering.linalg import matmul
   acc = compute_dtype(x.dtype)
   n, c = x.shape[0], lw.shape[0]
   logits = matmul(x.cast(acc), lw.cast(acc).transpose(0, 1))
@@ -499,7 +499,6 @@ def _register_linear_ce():
                                    acc_policy, acc_dtype, allow_retain_graph, grad_x, grad_lw, grad_lb):
     """Mean or sum cross entropy of a linear layer's logits, and (when asked) the gradients its backward
     scales: d loss / d logits = (softmax - one_hot) * w[target] / denominator."""
-    from torch_uop.lowering.linalg import matmul
     if label_smoothing or reduction not in ("mean", "sum") or x.ndim != 2 or lw.ndim != 2:
       raise Unsupported("linear_cross_entropy variant")
     _, p, onehot, wt, nll = _linear_ce_parts(x, lw, target, lb, w, ignore_index)

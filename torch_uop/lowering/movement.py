@@ -12,6 +12,7 @@ from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.core.uop import Ops
 from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.core.sym import is_sym
+from torch_uop.lowering.tensor import broadcast_shapes
 
 aten = torch.ops.aten
 
@@ -179,7 +180,6 @@ def _eager_storage(x: LT, val: torch.Tensor) -> LT | None:
 def as_strided(ctx, x, size, stride, storage_offset=None):
   """A strided window over x's storage. Offsets are taken relative to x's first element (its data_ptr,
   where a graph input is bound); the storage must be that of a graph input or of a whole contiguous tensor."""
-  from torch_uop.core.uop import Ops
   val = ctx.node.args[0].meta.get("val")
   if not isinstance(val, torch.Tensor): raise Unsupported("as_strided without the input's layout")
   rel = 0 if storage_offset is None else storage_offset - val.storage_offset()
@@ -229,7 +229,6 @@ def index(ctx, x, indices):
   pos = [d for d, i in enumerate(indices) if i is not None]
   if not pos: return x
   if any(indices[d].dtype.is_bool for d in pos): raise Unsupported("boolean mask indexing (data-dependent shape)")
-  from torch_uop.lowering.tensor import broadcast_shapes
   bshape = broadcast_shapes(*[indices[d].shape for d in pos])
   adjacent = pos == list(range(pos[0], pos[-1] + 1))
   rest = [d for d in range(x.ndim) if indices[d] is None]
@@ -336,7 +335,6 @@ def _index_put(ctx, x, indices, values, accumulate: bool, check: bool):
   indices += [None] * (x.ndim - len(indices))
   pos = [d for d, i in enumerate(indices) if i is not None]
   if not pos: raise Unsupported("index_put without indices")
-  from torch_uop.lowering.tensor import broadcast_shapes
   bshape = broadcast_shapes(*[indices[d].shape for d in pos])
   mcount = math.prod(bshape)
   rest = [d for d in range(x.ndim) if indices[d] is None]

@@ -21,6 +21,7 @@ from torch_uop.lowering.tensor import LT, compute_dtype
 from torch_uop.lowering.movement import concat
 from torch_uop.core.sym import is_sym
 from torch_uop.core.opt import VECTOR_UPCAST
+from torch_uop.lowering.linalg import matmul
 
 aten = torch.ops.aten
 
@@ -247,7 +248,6 @@ def adaptive_avg_pool2d_backward(ctx, grad, x):
 def _attention_scores(q: LT, k: LT, attn_mask, is_causal: bool, scale, rows: tuple, cols: tuple) -> LT:
   """scale * q @ k^T with the mask applied, where q holds the query rows [rows) and k the keys [cols) of the whole
   attention (the mask is sliced to match; a causal mask compares the rows' and keys' true positions)."""
-  from torch_uop.lowering.linalg import matmul
   *_, lq, d = q.shape
   lk = k.shape[-2]
   scale = scale if scale is not None else 1.0 / math.sqrt(d)
@@ -287,7 +287,6 @@ def _blocks(batch: tuple, length, across) -> list:
 @register(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def sdpa_flash_cpu(ctx, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
   """Attention forward: output and the row log-sum-exp its backward needs, by blocks of query rows (_blocks)."""
-  from torch_uop.lowering.linalg import matmul
   if dropout_p: raise Unsupported("attention dropout")
   acc = compute_dtype(q.dtype)
   q, k, v = q.cast(acc), k.cast(acc), v.cast(acc)
@@ -317,7 +316,6 @@ def sdpa_flash_cpu_backward(ctx, grad_out, q, k, v, out, logsumexp, dropout_p, i
   scheduler runs each block's products right after its scores (core/schedule.py), while they are in the cache.
   (Before: dq by blocks of rows and dk, dv by blocks of keys, each recomputing its scores: UNet's 1024-token
   attention, forward + backward, 0.42-0.59x eager -> 0.91-0.96x on a Zen 3.)"""
-  from torch_uop.lowering.linalg import matmul
   if dropout_p: raise Unsupported("attention dropout")
   acc = compute_dtype(q.dtype)
   q, k, v, o, do = (t.cast(acc) for t in (q, k, v, out, grad_out))

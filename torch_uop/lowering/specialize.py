@@ -12,9 +12,12 @@ static FakeTensorMode), size arithmetic folded into constants, SymInt placeholde
 copy is an ordinary static graph for the rest of the pipeline. It must not change the original.
 """
 from __future__ import annotations
-from torch_uop.lowering.scope import graph_scope
 import torch
 from torch.fx.node import map_arg
+from torch_uop.core.sym import Sym, SymF, sym_extreme, size_var, MAX_VAR, SizeContext
+from torch_uop.core.uop import UOp, Ops
+from torch_uop.core.dtypes import dtypes
+from torch_uop.lowering.scope import graph_scope
 
 _SYM = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _SCALAR = (int, float, bool)
@@ -121,11 +124,8 @@ class SizeVars:
 
   def var(self, symbol, shape_env):
     """The DEFINE_VAR of a symbol; a pinned symbol is its value, guarded."""
-    from torch_uop.core.sym import size_var, MAX_VAR, SizeContext
     name = str(symbol)
     if name in self.pinned:
-      from torch_uop.core.uop import UOp, Ops
-      from torch_uop.core.dtypes import dtypes
       SizeContext.current().decide(UOp(Ops.CMPEQ, dtypes.bool, (size_var(name), UOp.const(dtypes.index, self.pinned[name]))))
       return self.pinned[name]
     if name not in self.vars:
@@ -160,8 +160,6 @@ def to_size(s):
 def _from_sympy(expr, var_of):
   import sympy
   from torch.utils._sympy import functions as F
-  from torch_uop.core.sym import Sym, SymF, sym_extreme
-  from torch_uop.core.uop import UOp
   if expr.is_Integer: return int(expr)
   if expr.is_Float or expr.is_Rational: return float(expr)
   if expr.is_Symbol:
@@ -183,7 +181,6 @@ def _from_sympy(expr, var_of):
   if isinstance(expr, F.ModularIndexing): return (a[0] // a[1]) % a[2]
   if isinstance(expr, F.CeilDiv): return (a[0] + a[1] - 1) // a[1]
   if isinstance(expr, (sympy.Max, sympy.Min, F.Max, F.Min)):
-    from torch_uop.core.uop import Ops
     out = a[0]
     for x in a[1:]: out = sym_extreme(Ops.MAX if isinstance(expr, (sympy.Max, F.Max)) else Ops.MIN, out, x)
     return out

@@ -13,6 +13,7 @@ from torch_uop.core.uop import UOp, Ops, STAGED, TensorLoopVar
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import ShapeTracker
 from torch_uop.core.sym import is_sym, hint, known_equal
+from torch_uop.core.codegen import reduce_identity
 
 
 # a reduction of at least SPLIT_REDUCE_MIN elements into fewer than SPLIT_REDUCE_MAX_OUTPUTS results is done in two
@@ -215,7 +216,6 @@ class LT:
     real = tuple(a for a in requested if self.shape[a] != 1)
     out = (self._split_reduce(op, real) or LT(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, real)))) if real else self
     if self.numel() == 0 and real:  # reducing an empty tensor gives the identity
-      from torch_uop.core.codegen import reduce_identity
       out = LT.full(out.shape, reduce_identity(op, self.dtype), self.dtype)
     if keepdim: return out
     return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in requested))
