@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 import torch._dynamo
+import torch.nn.functional as F
 
 import torch_uop
 import torch_uop.debug
@@ -511,3 +512,36 @@ def test_lowering_scope_is_per_thread_and_restored():
   assert seen["other"] == GraphScope() and seen["other"].device.type == "cpu"
   assert seen["gpu"] == (True, True, False, False) and seen["inner"]
   assert seen["after"].vectors == "registers" and graph_scope() == GraphScope()
+
+
+def test_kernel_ir_spec_admits_real_kernels_and_rejects_broken_ones(monkeypatch):
+  """With the `spec` option every kernel's AST and program is checked against core/spec.py after codegen: the
+  kernels of a padded convolution block, a softmax, a GEMM with a bias and an integer scatter all pass and still
+  match eager; a node that breaks the spec (a select on a float condition, a load whose gate is not a bool, a
+  RANGE whose arg is not a RangeArg) raises SpecError naming the pass."""
+  from torch_uop.core.spec import SpecError, check_kernel
+  from torch_uop.core.uop import UOp, Ops, RangeArg, AxisKind
+  from torch_uop.core.dtypes import dtypes
+  torch.manual_seed(0)
+  cases = [
+    (lambda x, w: F.silu(F.conv2d(x, w, padding=1, groups=4)) * 2, (torch.randn(1, 8, 9, 11), torch.randn(8, 2, 3, 3))),
+    (lambda x: torch.softmax(x * 0.125, -1), (torch.randn(6, 50),)),
+    (lambda a, w, b: F.gelu(F.linear(a, w, b)), (torch.randn(5, 40), torch.randn(24, 40), torch.randn(24))),
+    (lambda i, v: torch.zeros(10, dtype=torch.int64).scatter_add(0, i, v), (torch.randint(0, 10, (30,)), torch.arange(30))),
+  ]
+  for fn, args in cases:
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="uop", options={"spec": True, "graph_cache": False})
+    torch.testing.assert_close(compiled(*args), fn(*args))
+  i = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 4),), RangeArg(0, AxisKind.GLOBAL))
+  buf = UOp(Ops.DEFINE_GLOBAL, dtypes.float32, (), 0)
+  x = UOp(Ops.LOAD, dtypes.float32, (buf, i))
+  broken = [
+    UOp(Ops.WHERE, dtypes.float32, (x, x, x)),
+    UOp(Ops.LOAD, dtypes.float32, (buf, i, x)),
+    UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 4),), (0, "global")),
+  ]
+  for bad in broken:
+    ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (buf, i, bad if bad.dtype == dtypes.float32 else x + bad.cast(dtypes.float32))),))
+    with pytest.raises(SpecError, match=f"after pass codegen: {bad.op.name}"): check_kernel(ast, [], "codegen")
+  check_kernel(UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (buf, i, x * 2.0)),)), [], "codegen")

@@ -11,8 +11,8 @@ lowering/freezing.py; default off), `keep_arena` (bool: every graph keeps its in
 not only small ones; default off), `recompute` (bool: training graphs are split by the min-cut partitioner, as
 Inductor's are, so the backward recomputes cheap pointwise ops instead of the forward saving their results;
 default on), `debug_after` (str: pipeline passes whose result is logged, "schedule,codegen" or "all";
-torch_uop/pipeline.py).
-Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_DEBUG_AFTER=passes, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu|opencl (TORCH_UOP_OPENCL_DEVICE picks
+torch_uop/pipeline.py), `spec` (bool: check every kernel's IR against core/spec.py after codegen; default off).
+Environment: TORCH_UOP_DEBUG=N, TORCH_UOP_DEBUG_AFTER=passes, TORCH_UOP_SPEC=1, TORCH_UOP_OPT_LEVEL=N, TORCH_UOP_DEVICE=cpu|opencl (TORCH_UOP_OPENCL_DEVICE picks
 the OpenCL device, runtime/opencl.py), TORCH_UOP_BEAM=N, TORCH_UOP_GRAPH_CACHE=0,
 TORCH_UOP_SYMBOLIC_SHAPES=0, TORCH_UOP_FREEZING=1, TORCH_UOP_RECOMPUTE=0; the
 kernel disk cache reads TORCH_UOP_CACHE_DIR and TORCH_UOP_CACHE=0 (runtime/cache.py). Options win over
@@ -67,6 +67,7 @@ class Config:
   keep_arena: bool = False
   recompute: bool = True
   debug_after: str = ""
+  spec: bool = False
 
   @staticmethod
   def from_options(options: dict | None = None, mode: str | None = None) -> Config:
@@ -78,7 +79,8 @@ class Config:
                  symbolic_shapes=_coerce("TORCH_UOP_SYMBOLIC_SHAPES", os.environ.get("TORCH_UOP_SYMBOLIC_SHAPES", "1"), bool),
                  freezing=_coerce("TORCH_UOP_FREEZING", os.environ.get("TORCH_UOP_FREEZING", "0"), bool),
                  recompute=_coerce("TORCH_UOP_RECOMPUTE", os.environ.get("TORCH_UOP_RECOMPUTE", "1"), bool),
-                 debug_after=os.environ.get("TORCH_UOP_DEBUG_AFTER", ""))
+                 debug_after=os.environ.get("TORCH_UOP_DEBUG_AFTER", ""),
+                 spec=_coerce("TORCH_UOP_SPEC", os.environ.get("TORCH_UOP_SPEC", "0"), bool))
     if mode is not None and mode not in MODES:
       raise ValueError(f"torch_uop: unknown mode {mode!r}; modes: {sorted(MODES)}")
     known = {f.name for f in fields(Config)}

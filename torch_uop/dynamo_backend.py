@@ -24,6 +24,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch_uop.config import Config
 from torch_uop import counters as _metrics, log
 from torch_uop.lowering.specialize import call_signature
+from torch_uop.core.spec import SpecError
 
 aten = torch.ops.aten
 _log = log.get("compile")
@@ -183,7 +184,8 @@ def compile_fx_graph(gm: torch.fx.GraphModule, example_inputs, config: Config, k
     name = _graph_name(kind, specialization)
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
                              beam=config.beam, target=target, constant_inputs=constant_inputs,
-                             debug_after=parse_debug_after(config.debug_after))
+                             debug_after=parse_debug_after(config.debug_after), spec=config.spec)
+  except SpecError: raise  # asked for (option `spec`): a compiler bug shown, not hidden behind a fallback
   except Exception as e:  # a scheduling or compile bug must never break the user's program
     _log.debug("compiling %s failed", name, exc_info=True)
     if recorder is not None: recorder.graph(kind, gm, None)
@@ -223,10 +225,10 @@ def graph_target(gm: torch.fx.GraphModule, config: Config):
 
 def _graph_cache_on(config: Config) -> bool:
   """The graph cache serves graphs unless it is off, the disk cache is off, or someone inspects kernels (debug >= 2,
-  debug_after, torch_uop.debug.capture): a cached graph has no kernel ASTs or sources, and runs no pipeline pass."""
+  debug_after, spec, torch_uop.debug.capture): a cached graph has no kernel ASTs or sources, and runs no pipeline pass."""
   from torch_uop.runtime import cache, executor
   return config.graph_cache and cache.cache_dir() is not None and config.debug < 2 and not executor._observers \
-      and not config.fallback_whole_graph and not config.debug_after
+      and not config.fallback_whole_graph and not config.debug_after and not config.spec
 
 
 def _graph_from_entry(entry, config: Config, kind: str, t0: float, specialization: bool = False):
@@ -291,7 +293,7 @@ def compile_symbolic_graph(gm: torch.fx.GraphModule, args: list, config: Config,
     name = f"{kind}{st['graphs_compiled']}_sym{st['symbolic_graphs']}"
     compiled = CompiledGraph(lowered, debug=config.debug, opt_level=config.opt_level, name=name,
                              size_vars=list(sizes.vars.values()), target=target,
-                             debug_after=parse_debug_after(config.debug_after))
+                             debug_after=parse_debug_after(config.debug_after), spec=config.spec)
   if compiled.storage_offset_guards: raise NotImplementedError("storage offset guards")
   compiled.keep_arena = config.keep_arena
   if sizes.torch_decisions() != decided: raise NotImplementedError("a lowering turned a torch SymInt into an int")

@@ -31,6 +31,7 @@ from torch_uop.core.dtypes import dtypes
 from torch_uop.torch_dtypes import to_torch
 from torch_uop.core.sym import is_sym, known_equal
 from torch_uop.core.uop import UOp, Ops, pretty, AxisKind, RangeArg
+from torch_uop.core.spec import check_kernel
 from torch_uop.lowering.tensor import LT
 from torch_uop.core.schedule import schedule, KernelItem, FallbackItem, BufferInfo, Schedule
 from torch_uop.core.shapetracker import ShapeTracker, contiguous_strides
@@ -92,6 +93,7 @@ class Compilation:
   size_vars: list = field(default_factory=list)   # DEFINE_VARs of a graph with symbolic sizes, in table order
   constant_inputs: frozenset = frozenset()        # input positions every call passes unchanged (frozen weights)
   debug: int = 0
+  spec: bool = False                               # check each kernel's IR (core/spec.py) as codegen builds it
   # outputs
   outputs: list = field(default_factory=list)     # per graph output: (kind, LT | (node, strides, offset) | value, shape)
   roots: list = field(default_factory=list)       # the nodes that must be realized: outputs and run-time checks
@@ -366,6 +368,7 @@ def _codegen(c: Compilation) -> None:
           k = build_kernel(item if canonical is None else canonical[1], kname, c.tuned.get(i), target.kind, max_group,
                            parallelism, target.vector_unit())
           if canonical is not None: k = with_slots(k, kname, canonical[2])
+          if c.spec: check_kernel(k.ast, k.program, "codegen")
           src = None
       if src is None:
         with _Timer("render"):
@@ -546,9 +549,10 @@ def parse_debug_after(text: str) -> tuple:
 
 def compile_lowered(lowered: LoweredGraph, target: Target = CPU, name: str = "graph", opt_level: int = 3, beam: int = 0,
                     size_vars: list | None = None, constant_inputs: frozenset = frozenset(), debug: int = 0,
-                    debug_after: tuple = ()) -> Compilation:
-  """Run PASSES over one lowered graph. `debug_after`: names of passes whose result is logged (parse_debug_after)."""
-  c = Compilation(lowered, target, name, opt_level, beam, list(size_vars or []), constant_inputs, debug)
+                    debug_after: tuple = (), spec: bool = False) -> Compilation:
+  """Run PASSES over one lowered graph. `debug_after`: names of passes whose result is logged (parse_debug_after).
+  `spec`: check each kernel's AST and program against core/spec.py as codegen builds it (SpecError on a bad node)."""
+  c = Compilation(lowered, target, name, opt_level, beam, list(size_vars or []), constant_inputs, debug, spec)
   c.first_slot = lowered.next_slot
   # a graph with symbolic sizes reads them from an int64 table in a slot of its own; it is not searched
   if c.size_vars: c.vars_slot, c.first_slot, c.beam = c.first_slot, c.first_slot + 1, 0

@@ -108,14 +108,15 @@ class CompiledGraph:
 
   def __init__(self, lowered: LoweredGraph, debug: int = 0, opt_level: int = 3, name: str = "graph", beam: int = 0,
                size_vars: list | None = None, target: Target = CPU, constant_inputs: frozenset = frozenset(),
-               debug_after: tuple = ()):
+               debug_after: tuple = (), spec: bool = False):
     """Compile `lowered` (torch_uop/pipeline.py) and plan its steps. `size_vars`: the graph's size variables
     (DEFINE_VARs, in the order of the int64 buffer kernels read them from) when its sizes are symbolic: built inside
     a core.sym.SizeContext, the result is a template whose `instance(values)` is the graph for one call's sizes
     (kernels shared, only the plan made again). `target`: where the kernels run (runtime/devices.py).
     `constant_inputs`: positions of inputs that every call passes unchanged (frozen weights): the kernels that read
     only them run once, at the first call (the prologue), and their results are kept until `refresh_constants()`.
-    `debug_after`: pipeline passes whose result is logged (pipeline.parse_debug_after)."""
+    `debug_after`: pipeline passes whose result is logged (pipeline.parse_debug_after). `spec`: check every kernel's
+    IR against core/spec.py (pipeline.compile_lowered)."""
     self.target, self.name = target, name
     # an instance attribute, so wrappers made with functools.wraps (torch._dynamo.disable) keep it
     self._boxed_call = True
@@ -126,7 +127,7 @@ class CompiledGraph:
     self.storage_offset_guards = [(i, lowered.storage_offset_guards[spec.slot]) for i, spec in enumerate(lowered.inputs)
                                   if spec is not None and spec.slot in lowered.storage_offset_guards]
     self.eager = None
-    c = compile_lowered(lowered, target, name, opt_level, beam, size_vars, constant_inputs, debug, debug_after)
+    c = compile_lowered(lowered, target, name, opt_level, beam, size_vars, constant_inputs, debug, debug_after, spec)
     self.size_vars, self.vars_slot = c.size_vars, c.vars_slot
     self.var_position, self.derived_vars = c.var_position, c.derived_vars
     self.buffers = c.schedule.buffers
