@@ -442,8 +442,6 @@ def _vector_accesses(ast: UOp) -> UOp:
   return new.get(ast, ast)
 
 
-
-
 def _lane_tile(item: KernelItem, opts: KernelOpts, loops: list):
   """A register tile's expression built once instead of once per position: each upcast axis' index is written
   base + lane, with lane a stand-in RANGE over the tile's positions (kind "lane"); the kernel's root is evaluated and

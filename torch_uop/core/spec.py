@@ -11,7 +11,6 @@ from __future__ import annotations
 from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, RangeArg, KernelLoopVar, UNARY, BINARY, COMPARISON, pretty
 from torch_uop.core.dtypes import dtypes
 
-IDX = dtypes.index
 _ADDRESSED = (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.AFTER)
 _SAME_TYPED = (BINARY - COMPARISON - {Ops.SHL, Ops.SHR}) | {Ops.NEG, Ops.NOT}
 
@@ -20,7 +19,7 @@ class SpecError(AssertionError):
   """Kernel IR that breaks its spec: a compiler bug, reported with the pass after which it was found."""
 
 
-def _index(u: UOp) -> bool: return u.dtype == IDX or u.dtype.is_int
+def _index(u: UOp) -> bool: return u.dtype.is_int  # (dtypes.index is int64)
 
 
 def _load(x: UOp) -> bool:

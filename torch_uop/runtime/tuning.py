@@ -19,8 +19,7 @@ import hashlib
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 import torch_uop
-from torch_uop.core import search
-from torch_uop.core import codegen, opt
+from torch_uop.core import codegen, opt, search
 from torch_uop.core.codegen import build_kernel, kernel_work
 from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts
 from torch_uop.core.renderer import llvmir, cstyle
