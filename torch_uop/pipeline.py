@@ -38,7 +38,6 @@ from torch_uop.core.shapetracker import ShapeTracker, contiguous_strides
 from torch_uop.core.symbolic import simplify, base_and_offset
 from torch_uop.core.codegen import build_kernel, canonical_item, with_slots, kernel_work
 from torch_uop.runtime.tuning import beam_search
-from torch_uop.core.renderer.llvmir import render_kernel
 from torch_uop.core.renderer.cstyle import launch_items
 from torch_uop.runtime.devices import Target, CPU
 from torch_uop.lowering.graph import LoweredGraph
@@ -114,7 +113,7 @@ class Compilation:
   work: dict = field(default_factory=dict)        # kernel name -> scalar operations per call (kernel_work)
   modules: dict = field(default_factory=dict)     # symbol -> (source, launchers' source by name, number of buffers)
   compiles: ModuleCompiles | None = None          # the CPU modules queued for the compile helpers
-  renderer: object = None                         # a GPU-style target's C renderer (the CPU's LLVM IR: render_kernel)
+  renderer: object = None                         # the target's renderer (core/renderer/: LLVM IR, OpenCL C, CUDA C)
   # compile
   program: object = None                          # runtime/cpu.py CPUProgram or the device's program
   device_source: str | None = None                # a GPU-style target: the program's source (all kernels)
@@ -347,7 +346,7 @@ def _codegen(c: Compilation) -> None:
   n_items = sum(isinstance(item, KernelItem) for item in items)
   gpu, target = c.gpu, c.target
   max_group, parallelism = (target.max_group(), target.parallelism()) if gpu else (0, 0)
-  c.renderer = renderer = target.renderer() if gpu else None
+  c.renderer = renderer = target.renderer()
   # each CPU kernel is its own LLVM module, under a name derived from its code: a kernel seen before (in this graph,
   # another graph or another size of it) is one function, and its native object comes from the disk cache. The
   # modules compile in helper processes (runtime/cpu.py) while codegen goes on to the next kernels.
@@ -372,7 +371,7 @@ def _codegen(c: Compilation) -> None:
           src = None
       if src is None:
         with _Timer("render"):
-          src = renderer.render_kernel(k.name, k.program, k.argument_ids, k.local_size) if gpu else render_kernel(k)
+          src = renderer.render(k)
         if key is not None: built[key] = (k, src)
       c.kernels.append((item, k))
       c.sources.append(src)

@@ -26,7 +26,8 @@ class Target:
 
   def renderer(self):
     from torch_uop.core.renderer.cstyle import RENDERERS
-    return RENDERERS[self.name]()
+    from torch_uop.core.renderer.llvmir import LLVMRenderer
+    return LLVMRenderer() if self.name == "cpu" else RENDERERS[self.name]()
 
   def max_local_size(self) -> int:
     """The most work-items one group may have on this device."""

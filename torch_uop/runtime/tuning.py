@@ -23,7 +23,7 @@ from torch_uop.core import codegen, opt, search
 from torch_uop.core.codegen import build_kernel, kernel_work
 from torch_uop.core.opt import KernelOpts, heuristic_opts, gpu_opts
 from torch_uop.core.renderer import llvmir, cstyle
-from torch_uop.core.renderer.llvmir import render_kernel
+from torch_uop.core.renderer.llvmir import LLVMRenderer
 from torch_uop.core.renderer.cstyle import launch_items
 from torch_uop.core.uop import Ops
 from torch_uop.torch_dtypes import to_torch
@@ -73,7 +73,7 @@ class _Bench:
         prog, launch = self._device_launch(opts)
       else:
         k = build_kernel(self.item, "tune", opts)
-        prog = CPUProgram(render_kernel(k), {k.name: len(k.buffers)}, self.opt_level, disk_cache=False)
+        prog = CPUProgram(LLVMRenderer().render(k), {k.name: len(k.buffers)}, self.opt_level, disk_cache=False)
         fn, ptrs = prog.functions[k.name], [self.buffers[s].data_ptr() for s in k.buffers]
     except Exception:
       return None
@@ -144,12 +144,12 @@ def _same(a, b) -> bool:
 def _tuning_key(item, width: int, opt_level: int, target=None) -> str:
   if target is not None and target.kind == "gpu":
     k = build_kernel(item, "k", KernelOpts(), "gpu")
-    source = target.renderer().render(k.name, k.program, k.argument_ids)
+    source = target.renderer().render_program(k)
     return cache.key("beam", target.name, target.describe(), source, f"width={width}", torch_uop.__version__,
                      _optimizer_sources())
   k = build_kernel(item, "k", KernelOpts())
   cpu_name, features, _ = target_id()
-  return cache.key("beam", render_kernel(k), cpu_name, features, f"threads={torch.get_num_threads()}", f"width={width}",
+  return cache.key("beam", LLVMRenderer().render(k), cpu_name, features, f"threads={torch.get_num_threads()}", f"width={width}",
                    f"opt={opt_level}", torch_uop.__version__, _optimizer_sources())
 
 

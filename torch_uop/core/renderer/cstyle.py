@@ -1,7 +1,9 @@
 """C-style renderers: linear UOp program -> source of one GPU-style kernel (OpenCL C or CUDA C).
 
-`CStyleRenderer` holds everything the two languages share; `OpenCLRenderer` and `CUDARenderer` only say how
-their dialect spells ids, qualifiers, types, barriers and half-precision conversions.
+`CStyleRenderer` is a renderer/base.py Renderer: the shared driver walks the program and calls its hooks, which
+hold everything the two languages share; its own rules (before the shared ones) write a group of four contiguous
+accesses as one vector load or store. `OpenCLRenderer` and `CUDARenderer` only say how their dialect spells ids,
+qualifiers, types, barriers and half-precision conversions.
 
 How a kernel maps onto work-items:
 - The output loops (RANGEs of kind "global"/"split") become one flat work-item id over their product
@@ -17,9 +19,9 @@ It does not compile or run anything.
 from __future__ import annotations
 import math
 import struct
-from torch_uop.core.uop import UOp, Ops, AxisKind, KernelLoopVar
+from torch_uop.core.uop import UOp, Ops, UPat, AxisKind
 from torch_uop.core.dtypes import DType, dtypes
-from torch_uop.core.codegen import reduce_identity
+from torch_uop.core.renderer.base import KernelText, Renderer
 
 OUTER_KINDS = (AxisKind.GLOBAL, AxisKind.SPLIT)
 HALF_TYPES = (dtypes.float16, dtypes.bfloat16)
@@ -38,9 +40,59 @@ def launch_items(program: list[UOp]):
   return n
 
 
-class CStyleRenderer:
+class CKernel(KernelText):
+  """One C-style kernel being rendered: KernelText's state, plus its parameters and local-memory declarations, its
+  output loops and group (CStyleRenderer.begin), its vector access groups, and whether the prologue is written."""
+  def __init__(self, *args):
+    super().__init__(*args)
+    self.params: dict[int, str] = {}
+    self.local_decls: list[str] = []
+    self.vector_of: dict = {}  # the first LOAD of a vector group -> the vector's name
+    self.prologue_done = False
+
+  def value(self, u: UOp) -> str:
+    if u.op is Ops.CONST:
+      self.renderer.used.add(u.dtype)
+      return self.renderer.const(u.arg, u.dtype)
+    return self.names[u]
+
+  def define(self, u: UOp, expr: str) -> str:
+    """A register of u's type holding expr: its name."""
+    n = self.tmp()
+    self.renderer.used.add(u.dtype)
+    self.emit(f"{self.renderer.reg_type(u.dtype)} {n} = {expr};")
+    return n
+
+
+def _vector_load_lane(k: CKernel, u: UOp) -> str | None:
+  """One lane of a vector load (made at the group's first load)."""
+  if u not in k.load_groups: return None
+  r = k.renderer
+  group, lane = k.load_groups[u]
+  if group[0] not in k.vector_of:
+    base = f"({k.value(u.src[1])} - {lane})" if lane else k.value(u.src[1])
+    v = k.vector_of[group[0]] = k.tmp("v")
+    r.used.add(u.dtype)
+    k.emit(f"{r.vector_type(u.dtype)} {v} = {r.vector_load(u.dtype, k.value(u.src[0]), base)};")
+  return f"{k.vector_of[group[0]]}.{'xyzw'[lane]}"
+
+
+def _vector_store(k: CKernel, u: UOp) -> str | None:
+  """A store of a vector group: the group's first store writes all lanes; the others were folded into it."""
+  if u not in k.store_groups: return None
+  r = k.renderer
+  r.prologue(k)
+  lanes = k.store_groups[u]
+  if lanes:
+    k.emit(r.vector_store(u.src[2].dtype, k.value(lanes[0].src[0]), k.value(lanes[0].src[1]), [k.value(s.src[2]) for s in lanes]) + ";")
+  return ""
+
+
+class CStyleRenderer(Renderer):
   """The shared C renderer. A dialect sets the class attributes and the few methods marked 'dialect'."""
   name = "c"
+  kernel_class = CKernel
+  dialect_rules = [(UPat(Ops.LOAD, name="u"), _vector_load_lane), (UPat(Ops.STORE, name="u"), _vector_store)]
   kernel_prefix = ""
   buffer_qualifier = ""
   local_qualifier = ""
@@ -92,7 +144,8 @@ class CStyleRenderer:
     if dt == dtypes.bfloat16: return f"tu_bf16_to_float(tu_float_to_bf16({x}))"
     return x
 
-  def alu(self, u: UOp, v: list[str]) -> str:
+  def expression(self, u: UOp, v: list[str]) -> str:
+    """An elementwise node's C expression over its operands' spellings `v`."""
     op, dt = u.op, u.dtype
     if op is Ops.WHERE: return f"({v[0]} ? {v[1]} : {v[2]})"
     if op is Ops.CAST: return self.cast(u.src[0].dtype, dt, v[0])
@@ -158,148 +211,108 @@ class CStyleRenderer:
     """One compilable source: the preamble the rendered kernels need, then their functions."""
     return self.preamble(self.used) + "".join(functions)
 
-  def render(self, name: str, program: list[UOp], buffer_slots: list[int], local_size: int = 0) -> str:
-    """One kernel as a whole source (preamble included)."""
-    return self.program_source([self.render_kernel(name, program, buffer_slots, local_size)])
+  def render_program(self, kernel) -> str:
+    """One codegen.Kernel as a whole source (preamble included)."""
+    return self.program_source([self.render(kernel)])
 
-  def render_kernel(self, name: str, program: list[UOp], buffer_slots: list[int], local_size: int = 0) -> str:
-    """The kernel's function: `name(buffers in buffer_slots order)`, `local_size` work-items per group (0: none)."""
-    arg_of = {slot: i for i, slot in enumerate(buffer_slots)}
-    grouped = local_size > 1
-    names: dict[UOp, str] = {}
-    accs: dict[UOp, str] = {}
-    lines: list[str] = []
-    params: dict[int, str] = {}
-    local_decls: list[str] = []
-    used = self.used
-    indent = [1]
-    counter = [0]
-    outer = [u for u in program if u.op is Ops.RANGE and u.arg.kind in OUTER_KINDS]
+  def begin(self, k: CKernel, **options) -> CKernel:
+    program = k.program
+    k.grouped = k.local_size > 1
+    k.outer = [u for u in program if u.op is Ops.RANGE and u.arg.kind in OUTER_KINDS]
     reduce_ranges = [u for u in program if u.op is Ops.RANGE and u.arg.kind in (AxisKind.REDUCE, AxisKind.REDUCE_SERIAL)]
-    group_range = reduce_ranges[0] if grouped and reduce_ranges else None
-    reduces = [u for u in program if u.op is Ops.REDUCE]
-    load_groups, store_groups = self.vector_groups(program)
-    vector_of: dict = {}  # the first LOAD of a vector group -> the vector's name
-    gid, lid = self.ids(grouped)
-    prologue_done = [False]
+    k.group_range = reduce_ranges[0] if k.grouped and reduce_ranges else None
+    k.reduces = [u for u in program if u.op is Ops.REDUCE]
+    k.load_groups, k.store_groups = self.vector_groups(program)
+    k.gid, k.lid = self.ids(k.grouped)
+    return k
 
-    def emit(s: str): lines.append("  " * indent[0] + s)
+  def prologue(self, k: CKernel) -> None:
+    """The flat output position, the guard past the last one, and each output loop's index from it."""
+    if k.prologue_done: return
+    k.prologue_done = True
+    ix = self.index_type
+    k.emit(f"{ix} gid = {k.gid};")
+    if k.grouped: k.emit(f"int lid = {k.lid};")
+    sizes = [k.value(r.src[0]) for r in k.outer]
+    total = " * ".join(f"({ix})({s})" for s in sizes) or "1"
+    k.emit(f"if (gid >= {total}) return;")
+    stride = "1"
+    for i, (r, s) in reversed(list(enumerate(zip(k.outer, sizes)))):
+      n = k.names[r] = k.tmp("r")
+      # below the guard, gid / stride of the outermost loop is already below its size: no modulo
+      index = "gid" if stride == "1" else f"(gid / ({stride}))"
+      k.emit(f"{ix} {n} = {index};" if i == 0 else f"{ix} {n} = {index} % ({s});")
+      stride = f"{stride} * ({s})" if stride != "1" else f"({ix})({s})"
 
-    def tmp(prefix="t") -> str:
-      counter[0] += 1
-      return f"{prefix}{counter[0]}"
+  def buffer(self, k: CKernel, u: UOp, position: int) -> str:
+    self.used.add(u.dtype)
+    k.params[position] = f"{self.buffer_qualifier}{self.mem_type(u.dtype)}* {self.restrict} b{position}"
+    return f"b{position}"
 
-    def val(u: UOp) -> str:
-      if u.op is Ops.CONST:
-        used.add(u.dtype)
-        return self.const(u.arg, u.dtype)
-      return names[u]
+  def size_var(self, k: CKernel, u: UOp) -> str:
+    n = f"v{u.arg[3]}"
+    k.emit(f"{self.index_type} {n} = {k.value(u.src[0])}[{u.arg[3]}];")
+    return n
 
-    def prologue():
-      """The flat output position, the guard past the last one, and each output loop's index from it."""
-      if prologue_done[0]: return
-      prologue_done[0] = True
-      ix = self.index_type
-      emit(f"{ix} gid = {gid};")
-      if grouped: emit(f"int lid = {lid};")
-      sizes = [val(r.src[0]) for r in outer]
-      total = " * ".join(f"({ix})({s})" for s in sizes) or "1"
-      emit(f"if (gid >= {total}) return;")
-      stride = "1"
-      for k, (r, s) in reversed(list(enumerate(zip(outer, sizes)))):
-        n = names[r] = tmp("r")
-        # below the guard, gid / stride of the outermost loop is already below its size: no modulo
-        index = "gid" if stride == "1" else f"(gid / ({stride}))"
-        emit(f"{ix} {n} = {index};" if k == 0 else f"{ix} {n} = {index} % ({s});")
-        stride = f"{stride} * ({s})" if stride != "1" else f"({ix})({s})"
+  def open_loop(self, k: CKernel, r: UOp) -> str:
+    self.prologue(k)
+    if r.arg.kind in OUTER_KINDS: return ""  # (the prologue named it)
+    n, ix = k.tmp("r"), self.index_type
+    if r is k.group_range: k.emit(f"for ({ix} {n} = lid; {n} < {k.value(r.src[0])}; {n} += {k.local_size}) {{")
+    else: k.emit(f"for ({ix} {n} = 0; {n} < {k.value(r.src[0])}; {n}++) {{")
+    k.depth += 1
+    return n
 
-    def define(u: UOp, expr: str):
-      n = tmp()
-      used.add(u.dtype)
-      emit(f"{self.reg_type(u.dtype)} {n} = {expr};")
-      names[u] = n
+  def close_loop(self, k: CKernel, r: UOp) -> None:
+    if r.arg.kind in OUTER_KINDS: return
+    k.depth -= 1
+    k.emit("}")
 
-    for u in program:
-      op = u.op
-      if op is Ops.DEFINE_GLOBAL:
-        i = arg_of[u.arg]
-        used.add(u.dtype)
-        params[i] = f"{self.buffer_qualifier}{self.mem_type(u.dtype)}* {self.restrict} b{i}"
-        names[u] = f"b{i}"
-      elif op is Ops.DEFINE_VAR:
-        n = f"v{u.arg[3]}"
-        if u not in names:
-          emit(f"{self.index_type} {n} = {val(u.src[0])}[{u.arg[3]}];")
-          names[u] = n
-      elif op is Ops.RANGE and u.arg.kind in OUTER_KINDS:
-        prologue()
-      elif op is Ops.RANGE:
-        prologue()
-        n = names[u] = tmp("r")
-        ix = self.index_type
-        if u is group_range: emit(f"for ({ix} {n} = lid; {n} < {val(u.src[0])}; {n} += {local_size}) {{")
-        else: emit(f"for ({ix} {n} = 0; {n} < {val(u.src[0])}; {n}++) {{")
-        indent[0] += 1
-      elif op is Ops.ENDRANGE:
-        if u.src[0].arg.kind in OUTER_KINDS: continue
-        indent[0] -= 1
-        emit("}")
-      elif op is Ops.DEFINE_ACC:
-        owner = u.src[0]
-        a = tmp("acc")
-        accs[owner] = a
-        used.add(u.dtype)
-        init = val(u.src[1]) if owner.op is Ops.LOOP_VAR else self.const(reduce_identity(owner.arg, u.dtype), u.dtype)
-        emit(f"{self.reg_type(u.dtype)} {a} = {init};")
-      elif op is Ops.ASSIGN and u.arg is None:  # loop state update
-        emit(f"{accs[u.src[0].src[0]]} = {val(u.src[1])};")
-      elif op is Ops.ASSIGN:
-        emit(self.reduce_update(u.arg, u.dtype, accs[u.src[0].src[0]], val(u.src[1])))
-      elif op is Ops.LOOP_VAR or op is Ops.LOOP:  # a copy of the state: later updates in the step must not show
-        var = u if op is Ops.LOOP_VAR else UOp(Ops.LOOP_VAR, u.dtype, (), KernelLoopVar(*u.arg))
-        define(u, accs[var])
-      elif op is Ops.BREAK_UNLESS:
-        emit(f"if (!({val(u.src[0])})) break;")
-      elif op is Ops.REDUCE:
-        if grouped and u is reduces[0]: self._combine_group(reduces, accs, local_size, local_decls, emit)
-        define(u, accs[u])
-      elif op is Ops.LOAD and u in load_groups:  # one lane of a vector load (made at the group's first load)
-        group, lane = load_groups[u]
-        if group[0] not in vector_of:
-          base = f"({val(u.src[1])} - {lane})" if lane else val(u.src[1])
-          v = vector_of[group[0]] = tmp("v")
-          used.add(u.dtype)
-          emit(f"{self.vector_type(u.dtype)} {v} = {self.vector_load(u.dtype, val(u.src[0]), base)};")
-        names[u] = f"{vector_of[group[0]]}.{'xyzw'[lane]}"
-      elif op is Ops.LOAD:
-        buf, idx = val(u.src[0]), val(u.src[1])
-        if len(u.src) == 3: idx = f"({val(u.src[2])} ? {idx} : 0)"
-        if u.dtype in HALF_TYPES: expr = self.load_half(u.dtype, buf, idx)
-        elif u.dtype.is_bool: expr = f"({buf}[{idx}] != 0)"
-        else: expr = f"{buf}[{idx}]"
-        define(u, expr)
-      elif op is Ops.STORE and u in store_groups:
-        prologue()
-        lanes = store_groups[u]
-        if lanes:  # the group's first store writes all lanes; the others were folded into it
-          emit(self.vector_store(u.src[2].dtype, val(lanes[0].src[0]), val(lanes[0].src[1]), [val(s.src[2]) for s in lanes]) + ";")
-      elif op is Ops.STORE:
-        prologue()
-        buf, idx, value = u.src
-        if value.dtype in HALF_TYPES: emit(self.store_half(value.dtype, val(buf), val(idx), val(value)) + ";")
-        elif value.dtype.is_bool: emit(f"{val(buf)}[{val(idx)}] = {val(value)} ? 1 : 0;")
-        else: emit(f"{val(buf)}[{val(idx)}] = {val(value)};")
-      elif op is Ops.CONST or op is Ops.SINK:
-        continue
-      else:
-        expr = self.alu(u, [val(s) for s in u.src])
-        if u.dtype in HALF_TYPES and op not in (Ops.CAST, Ops.BITCAST, Ops.WHERE): expr = self.round_to(u.dtype, expr)
-        define(u, expr)
-    body = "\n".join(lines)
+  def break_unless(self, k: CKernel, cond: UOp, r: UOp) -> None: k.emit(f"if (!({k.value(cond)})) break;")
+
+  def accumulator(self, k: CKernel, u: UOp, owner: UOp, start: UOp) -> str:
+    a = k.tmp("acc")
+    self.used.add(u.dtype)
+    k.emit(f"{self.reg_type(u.dtype)} {a} = {k.value(start)};")
+    return a
+
+  def set_state(self, k: CKernel, u: UOp, acc: str, value: UOp) -> None: k.emit(f"{acc} = {k.value(value)};")
+  def accumulate(self, k: CKernel, u: UOp, acc: str, value: UOp) -> None:
+    k.emit(self.reduce_update(u.arg, u.dtype, acc, k.value(value)))
+  # a copy of the state: later updates in the step must not show
+  def read_state(self, k: CKernel, u: UOp, acc: str) -> str: return k.define(u, acc)
+
+  def reduce_result(self, k: CKernel, u: UOp, acc: str) -> str:
+    if k.grouped and u is k.reduces[0]: self._combine_group(k)
+    return k.define(u, acc)
+
+  def load(self, k: CKernel, u: UOp) -> str:
+    buf, idx = k.value(u.src[0]), k.value(u.src[1])
+    if len(u.src) == 3: idx = f"({k.value(u.src[2])} ? {idx} : 0)"
+    if u.dtype in HALF_TYPES: expr = self.load_half(u.dtype, buf, idx)
+    elif u.dtype.is_bool: expr = f"({buf}[{idx}] != 0)"
+    else: expr = f"{buf}[{idx}]"
+    return k.define(u, expr)
+
+  def store(self, k: CKernel, u: UOp) -> None:
+    self.prologue(k)
+    buf, idx, value = (k.value(s) for s in u.src)
+    dt = u.src[2].dtype
+    if dt in HALF_TYPES: k.emit(self.store_half(dt, buf, idx, value) + ";")
+    elif dt.is_bool: k.emit(f"{buf}[{idx}] = {value} ? 1 : 0;")
+    else: k.emit(f"{buf}[{idx}] = {value};")
+
+  def alu(self, k: CKernel, u: UOp) -> str:
+    expr = self.expression(u, [k.value(s) for s in u.src])
+    if u.dtype in HALF_TYPES and u.op not in (Ops.CAST, Ops.BITCAST, Ops.WHERE): expr = self.round_to(u.dtype, expr)
+    return k.define(u, expr)
+
+  def finish(self, k: CKernel) -> str:
+    body = "\n".join(k.lines)
     # a buffer the kernel does not read (simplified away) is still an argument: launchers pass every buffer
-    args = ", ".join(params.get(i, f"{self.buffer_qualifier}{self.byte_type}* b{i}") for i in range(len(buffer_slots)))
-    locals_ = "".join(f"  {d}\n" for d in local_decls)
-    return f"{self.kernel_prefix}void {name}({args}) {{\n{locals_}{body}\n}}\n"
+    args = ", ".join(k.params.get(i, f"{self.buffer_qualifier}{self.byte_type}* b{i}") for i in range(k.n_buffers))
+    locals_ = "".join(f"  {d}\n" for d in k.local_decls)
+    return f"{self.kernel_prefix}void {k.name}({args}) {{\n{locals_}{body}\n}}\n"
 
   # ----------------------------------------------------------------- vector accesses
   VECTOR_WIDTH = 4
@@ -353,22 +366,23 @@ class CStyleRenderer:
       store_groups[first] = lanes
     return load_groups, store_groups
 
-  def _combine_group(self, reduces: list, accs: dict, size: int, local_decls: list, emit) -> None:
+  def _combine_group(self, k: CKernel) -> None:
     """Every work-item's partial accumulators into local memory, a tree of barriers combining them, then only
     work-item 0 goes on (with the totals in its accumulators)."""
-    for k, r in enumerate(reduces):
-      local_decls.append(f"{self.local_qualifier}{self.local_type(r.dtype)} red{k}[{size}];")
-      emit(f"red{k}[lid] = {accs[r]};")
+    size, emit = k.local_size, k.emit
+    for i, r in enumerate(k.reduces):
+      k.local_decls.append(f"{self.local_qualifier}{self.local_type(r.dtype)} red{i}[{size}];")
+      emit(f"red{i}[lid] = {k.accs[r]};")
     emit(self.barrier)
     emit(f"for (int s = {size // 2}; s > 0; s >>= 1) {{")
     emit("  if (lid < s) {")
-    for k, r in enumerate(reduces):
-      emit("    " + self.reduce_update(r.arg, r.dtype, f"red{k}[lid]", f"red{k}[lid + s]"))  # (bools held as int)
+    for i, r in enumerate(k.reduces):
+      emit("    " + self.reduce_update(r.arg, r.dtype, f"red{i}[lid]", f"red{i}[lid + s]"))  # (bools held as int)
     emit("  }")
     emit(f"  {self.barrier}")
     emit("}")
     emit("if (lid != 0) return;")
-    for k, r in enumerate(reduces): emit(f"{accs[r]} = red{k}[0];")
+    for i, r in enumerate(k.reduces): emit(f"{k.accs[r]} = red{i}[0];")
 
 
 class OpenCLRenderer(CStyleRenderer):

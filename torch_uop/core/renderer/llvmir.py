@@ -1,10 +1,10 @@
 """LLVM IR renderer: linear UOp program -> text of one LLVM function.
 
-The function takes one pointer per buffer (`ptr noalias`), in Kernel.argument_ids order, then the bounds
-`[lo, hi)` of its thread-split loop (see core/opt.py). Loops are
-rendered with their counters and accumulators in allocas; LLVM's mem2reg/SROA turn them into
-phis, and its loop passes vectorize. Elementwise ops are table-driven: `_BINARY` for instructions,
-`MATH_FUNCTIONS` for intrinsics and libm calls. Bool is i1 in registers and i8 in memory. It writes vectors itself
+`LLVMRenderer` is a renderer/base.py Renderer: the shared driver walks the program and calls its hooks. The
+function takes one pointer per buffer (`ptr noalias`), in Kernel.argument_ids order, then the bounds `[lo, hi)` of
+its thread-split loop (see core/opt.py). Loops are rendered with their counters and accumulators in allocas; LLVM's
+mem2reg/SROA turn them into phis, and its loop passes vectorize. Elementwise ops are table-driven: `_binary`'s
+tables for instructions, `MATH_FUNCTIONS` for intrinsics and libm calls. Bool is i1 in registers and i8 in memory. It writes vectors itself
 in two places: the nodes a SIMD lane reaches (codegen.vector_lane) are LLVM vectors, their accesses vector loads and
 stores at the index of lane 0, scalar operands broadcast and libm functions called lane by lane; and a transposing
 tile (renderer/transpose.py) is vector loads, shuffles, and for a plain copy vector stores.
@@ -13,11 +13,12 @@ It does not compile or run anything.
 from __future__ import annotations
 import math
 import struct
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, AxisKind, KernelLoopVar
+from torch_uop.core.uop import UOp, Ops, UPat, AxisKind
 from torch_uop.core.dtypes import DType, dtypes
-from torch_uop.core.codegen import reduce_identity, affine_terms, vector_widths, is_vector_lane, whole_block
+from torch_uop.core.codegen import affine_terms, vector_widths, is_vector_lane, whole_block
 from torch_uop.core.renderer.transpose import find_transpose_tiles, butterfly_masks
 from torch_uop.core.symbolic import base_and_offset
+from torch_uop.core.renderer.base import KernelText, Renderer
 
 LLVM_TYPE = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.int32: "i32",
@@ -87,11 +88,14 @@ def _suffix(dt: DType, w: int = 0) -> str:
   return f"v{w}{base}" if w else base
 
 
-def _binary(op: Ops, dt: DType, a: str, b: str, w: int = 0) -> str:
+def _binary(op: Ops, dt: DType, a: str, b: str, w: int = 0, reassociate: bool = False) -> str:
+  """A binary op's instruction; `dt` is its operands' dtype. `reassociate`: a float add or multiply that LLVM may
+  reorder with the ones around it (a reduction's step; nsz: the sign of a zero sum may differ)."""
   t = _vtype(dt, w)
   if dt.is_float:
     # contract: a multiply feeding an add may become one fused multiply-add (one rounding, as BLAS does)
-    ins = {Ops.ADD: "fadd contract", Ops.SUB: "fsub contract", Ops.MUL: "fmul contract", Ops.FDIV: "fdiv",
+    flags = "reassoc nsz contract" if reassociate else "contract"
+    ins = {Ops.ADD: f"fadd {flags}", Ops.SUB: "fsub contract", Ops.MUL: f"fmul {flags}", Ops.FDIV: "fdiv",
            Ops.MOD: "frem"}.get(op)
     if ins: return f"{ins} {t} {a}, {b}"
     cmp = {Ops.CMPLT: "olt", Ops.CMPLE: "ole", Ops.CMPEQ: "oeq", Ops.CMPNE: "une"}.get(op)
@@ -129,23 +133,31 @@ def _cast(src: DType, dst: DType, x: str, w: int = 0) -> str:
   return f"{'zext' if src.is_unsigned or src.is_bool else 'sext'} {ts} {x} to {td}"
 
 
-class _Function:
-  def __init__(self, name: str):
-    self.name = name
-    self.lines: list[str] = []
+# the loop metadata LLVMKernel's loops name (_loop_ids); FORCED_SIMD_INTERLEAVE is read as each kernel is rendered
+def _loop_metadata() -> str:
+  return ("!0 = distinct !{!0, !1}\n!1 = !{!\"llvm.loop.mustprogress\"}\n"
+          "!2 = distinct !{!2, !1, !3}\n!3 = !{!\"llvm.loop.vectorize.enable\", i1 false}\n"
+          + ("!4 = distinct !{!4, !1, !5}\n" if FORCED_SIMD_INTERLEAVE is None else
+             f"!4 = distinct !{{!4, !1, !5, !6}}\n!6 = !{{!\"llvm.loop.interleave.count\", i32 {FORCED_SIMD_INTERLEAVE}}}\n")
+          + "!5 = !{!\"llvm.loop.vectorize.enable\", i1 true}\n"
+          "!7 = distinct !{!7, !1, !8}\n!8 = !{!\"llvm.loop.unroll.disable\"}\n!9 = distinct !{!9, !1, !3, !8}\n")
+
+
+class LLVMKernel(KernelText):
+  """One LLVM function being rendered: KernelText's state, plus its allocas and declarations, the vector width of
+  each node of a SIMD tile (codegen.vector_widths), the block being written (a phi names its predecessors), and
+  what LLVMRenderer.begin found about its loops and accesses."""
+  tmp_prefix = "%t"
+
+  def __init__(self, *args):
+    super().__init__(*args)
     self.allocas: list[str] = []
     self.declares: set[str] = set()
-    self.names: dict[UOp, str] = {}
-    self.counter = 0
     self.width: dict[UOp, int] = {}  # node -> lanes, for the vectors of a SIMD tile (codegen.vector_widths)
     self.splats: dict = {}  # (scalar name, lanes) -> its vector, in the current block
-    self.block = "start"  # the basic block being emitted (a phi names its predecessors)
+    self.block = "start"  # the basic block being emitted
+    self.loops: dict[UOp, str] = {}  # RANGE -> its label stem
 
-  def tmp(self) -> str:
-    self.counter += 1
-    return f"%t{self.counter}"
-
-  def emit(self, line: str): self.lines.append("  " + line)
   def label(self, name: str):
     self.lines.append(f"{name}:")
     self.block = name
@@ -174,213 +186,219 @@ class _Function:
   def declare(self, sig: str): self.declares.add(sig)
 
 
-def render_kernel(kernel) -> str:
-  """A codegen.Kernel's LLVM module. A kernel whose output loops were reordered (opt.KernelOpts.loop_order) has
-  its SIMD on the innermost loop only: LLVM would otherwise unroll that loop fully and vectorize the one around it,
-  with gathers and scatters."""
-  return render_llvm(kernel.name, kernel.program, kernel.argument_ids, innermost_simd=bool(kernel.opts and kernel.opts.loop_order))
+def _tile_load(k: LLVMKernel, u: UOp) -> str | None:
+  """A load a transposing tile reads (renderer/transpose.py): its lane of the tile's transposed vectors."""
+  if u not in k.tile_loads: return None
+  at = k.tile_loads[u]
+  if at.tile not in k.columns: k.columns[at.tile] = _render_transpose(k, at.tile)
+  out = k.tmp()
+  k.emit(f"{out} = extractelement <{at.tile.lanes} x {LLVM_TYPE[u.dtype]}> {k.columns[at.tile][at.column]}, i32 {at.lane}")
+  return out
 
 
-def render_llvm(name: str, program: list[UOp], buffer_slots: list[int], innermost_simd: bool = False) -> str:
-  f = _Function(name)
-  arg_of = {slot: i for i, slot in enumerate(buffer_slots)}
-  loops: dict[UOp, str] = {}
-  accs: dict[UOp, str] = {}
-  f.width = vector_widths(program)
-  # SIMD across upcast outputs (a serial reduce loop, or an output stored as vectors): no loop of the kernel is for
-  # LLVM to vectorize (a staged slab's copy loops aside)
-  serial = any(u.op is Ops.RANGE and u.arg.kind == AxisKind.REDUCE_SERIAL or u.op is Ops.STORE and u in f.width and
-               u.src[0].op is Ops.DEFINE_GLOBAL for u in program)
-  innermost = [u for u in program if u.op is Ops.RANGE][-1:] if innermost_simd else []
-  # (a staged slab's copy loops are LLVM's to vectorize whatever the kernel around them does)
-  scalar_loops = {u for u in program if u.op is Ops.RANGE and u.arg.kind != AxisKind.STAGE and
-                  (u.arg.kind in (AxisKind.REDUCE_SERIAL, AxisKind.LOOP) or serial or (innermost_simd and u not in innermost))}
-  forced = _forced_simd_loops(program, scalar_loops)
-  loop_ids = _loop_ids(program, scalar_loops, forced)
-  # a vector load's or store's index, ADD(its first element's index, the lane), is read for its first operand only
-  operands = {s for u in program for i, s in enumerate(u.src) if i != 1 or u.op not in (Ops.LOAD, Ops.STORE)}
-  addresses = {u.src[1] for u in program if u.op in (Ops.LOAD, Ops.STORE) and u.src[1] in f.width} - operands
-  # (transposing copies are scalar: a staged slab's copy beside the vector tile)
-  tile_loads = find_transpose_tiles([u for u in program if u not in f.width] if f.width else program)
-  lane_columns = _strided_columns(program, f.width)
-  column_vectors: dict = {}  # a strided group's first load -> its transposed vectors' names
-  columns: dict = {}  # TransposeTile -> its transposed vectors' names
-  vector_store_at: dict = {}  # the last store of a run stored as one vector -> (tile, column, the run)
-  position = {u: i for i, u in enumerate(program)} if tile_loads else {}
-  for tile in {id(at.tile): at.tile for at in tile_loads.values()}.values():
-    for j, run in tile.vector_stores.items(): vector_store_at[max(run, key=position.__getitem__)] = (tile, j, run)
-  vector_stored = {s for _, _, run in vector_store_at.values() for s in run}
-  for u in program:
-    op = u.op
-    w = f.width.get(u, 0)
-    if u in addresses or (u in f.names and op in ELEMENTWISE): continue  # (an index a transpose tile computed early)
-    if op is Ops.LOAD and u in tile_loads:
-      at = tile_loads[u]
-      if at.tile not in columns: columns[at.tile] = _render_transpose(f, at.tile)
-      f.names[u] = f.tmp()
-      f.emit(f"{f.names[u]} = extractelement <{at.tile.lanes} x {LLVM_TYPE[u.dtype]}> {columns[at.tile][at.column]}, i32 {at.lane}")
-    elif op is Ops.DEFINE_GLOBAL:
-      f.names[u] = f"%b{arg_of[u.arg]}"
-    elif op is Ops.DEFINE_LOCAL:
-      f.allocas.append(f"%l{u.arg[0]} = alloca [{u.arg[1]} x {'i8' if u.dtype.is_bool else LLVM_TYPE[u.dtype]}], align 64")
-      f.names[u] = f"%l{u.arg[0]}"
-    elif op is Ops.AFTER:
-      f.names[u] = f.names[u.src[0]]
-    elif op is Ops.DEFINE_VAR:  # a size variable: element arg[3] of the kernel's size-variable buffer (src[0])
-      ptr, val = f.tmp(), f.tmp()
-      f.emit(f"{ptr} = getelementptr inbounds i64, ptr {f.value(u.src[0])}, i64 {u.arg[3]}")
-      f.emit(f"{val} = load i64, ptr {ptr}")
-      f.names[u] = val
-    elif op is Ops.RANGE:
-      lid = f"r{len(loops)}"
-      loops[u] = lid
-      split = u.arg.kind == AxisKind.SPLIT  # the thread-split loop runs [lo, hi), given by the caller
-      f.allocas.append(f"%{lid}.addr = alloca i64")
-      f.emit(f"store i64 {'%lo' if split else 0}, ptr %{lid}.addr")
-      f.emit(f"br label %{lid}.cond")
-      f.label(f"{lid}.cond")
-      f.names[u] = f"%{lid}"
-      f.emit(f"%{lid} = load i64, ptr %{lid}.addr")
-      f.emit(f"%{lid}.c = icmp slt i64 %{lid}, {'%hi' if split else f.value(u.src[0])}")
-      f.emit(f"br i1 %{lid}.c, label %{lid}.body, label %{lid}.exit")
-      f.label(f"{lid}.body")
-    elif op is Ops.ENDRANGE:
-      lid = loops[u.src[0]]
-      f.emit(f"%{lid}.next = add nsw i64 %{lid}, 1")
-      f.emit(f"store i64 %{lid}.next, ptr %{lid}.addr")
-      f.emit(f"br label %{lid}.cond, !llvm.loop !{loop_ids[u.src[0]]}")
-      f.label(f"{lid}.exit")
-    elif op is Ops.DEFINE_ACC:
-      owner = u.src[0]  # a REDUCE, or the LOOP_VAR of a loop's state (src[1]: its initial value)
-      t = f.ty(u)
-      a = f"%acc{len(accs)}"
-      accs[owner] = a
-      f.allocas.append(f"{a} = alloca {t}")
-      init = f.value(u.src[1]) if owner.op is Ops.LOOP_VAR else f.operand(UOp.const(u.dtype, reduce_identity(owner.arg, u.dtype)), w)
-      f.emit(f"store {t} {init}, ptr {a}")
-      if _nan_tracked(owner):
-        f.allocas.append(f"{a}.nan = alloca {_vtype(dtypes.bool, w)}")
-        f.emit(f"store {_vtype(dtypes.bool, w)} {'zeroinitializer' if w else 'false'}, ptr {a}.nan")
-    elif op is Ops.ASSIGN and u.arg is None:  # loop state update
-      f.emit(f"store {LLVM_TYPE[u.dtype]} {f.value(u.src[1])}, ptr {accs[u.src[0].src[0]]}")
-    elif op in (Ops.LOOP_VAR, Ops.LOOP):  # the state at the top of an iteration / after the loop
-      var = u if op is Ops.LOOP_VAR else UOp(Ops.LOOP_VAR, u.dtype, (), KernelLoopVar(*u.arg))
-      r = f.tmp()
-      f.emit(f"{r} = load {LLVM_TYPE[u.dtype]}, ptr {accs[var]}")
-      f.names[u] = r
-    elif op is Ops.BREAK_UNLESS:
-      lid, go = loops[u.src[1]], f.tmp()[1:]
-      f.emit(f"br i1 {f.value(u.src[0])}, label %{go}, label %{lid}.exit")
-      f.label(go)
-    elif op is Ops.ASSIGN and _nan_tracked(u.src[0].src[0]):
+def _tile_store(k: LLVMKernel, u: UOp) -> str | None:
+  """A store of a run a transposing copy stores as one vector: the run's last store writes the vector."""
+  if u not in k.vector_stored: return None
+  if u in k.vector_store_at:
+    tile, j, run = k.vector_store_at[u]
+    t = LLVM_TYPE[u.src[2].dtype]
+    ptr = k.tmp()
+    k.emit(f"{ptr} = getelementptr inbounds {t}, ptr {k.value(run[0].src[0])}, i64 {k.value(run[0].src[1])}")
+    k.emit(f"store <{tile.lanes} x {t}> {k.columns[tile][j]}, ptr {ptr}, align {u.src[2].dtype.itemsize}")
+  return ""
+
+
+class LLVMRenderer(Renderer):
+  """LLVM IR, one function per kernel (see the module's docstring)."""
+  name = "llvm"
+  kernel_class = LLVMKernel
+  dialect_rules = [(UPat(Ops.LOAD, name="u"), _tile_load), (UPat(Ops.STORE, name="u"), _tile_store)]
+
+  def render(self, kernel) -> str:
+    """A codegen.Kernel's LLVM function. A kernel whose output loops were reordered (opt.KernelOpts.loop_order) has
+    its SIMD on the innermost loop only: LLVM would otherwise unroll that loop fully and vectorize the one around
+    it, with gathers and scatters."""
+    return self.render_kernel(kernel.name, kernel.program, kernel.argument_ids,
+                              innermost_simd=bool(kernel.opts and kernel.opts.loop_order))
+
+  def begin(self, k: LLVMKernel, innermost_simd: bool = False) -> LLVMKernel:
+    program = k.program
+    k.width = vector_widths(program)
+    # SIMD across upcast outputs (a serial reduce loop, or an output stored as vectors): no loop of the kernel is for
+    # LLVM to vectorize (a staged slab's copy loops aside)
+    serial = any(u.op is Ops.RANGE and u.arg.kind == AxisKind.REDUCE_SERIAL or u.op is Ops.STORE and u in k.width and
+                 u.src[0].op is Ops.DEFINE_GLOBAL for u in program)
+    innermost = [u for u in program if u.op is Ops.RANGE][-1:] if innermost_simd else []
+    # (a staged slab's copy loops are LLVM's to vectorize whatever the kernel around them does)
+    scalar_loops = {u for u in program if u.op is Ops.RANGE and u.arg.kind != AxisKind.STAGE and
+                    (u.arg.kind in (AxisKind.REDUCE_SERIAL, AxisKind.LOOP) or serial or (innermost_simd and u not in innermost))}
+    k.loop_ids = _loop_ids(program, scalar_loops, _forced_simd_loops(program, scalar_loops))
+    # a vector load's or store's index, ADD(its first element's index, the lane), is read for its first operand only
+    operands = {s for u in program for i, s in enumerate(u.src) if i != 1 or u.op not in (Ops.LOAD, Ops.STORE)}
+    k.skip = {u.src[1] for u in program if u.op in (Ops.LOAD, Ops.STORE) and u.src[1] in k.width} - operands
+    # (transposing copies are scalar: a staged slab's copy beside the vector tile)
+    k.tile_loads = find_transpose_tiles([u for u in program if u not in k.width] if k.width else program)
+    k.lane_columns = _strided_columns(program, k.width)
+    k.column_vectors = {}  # a strided group's first load -> its transposed vectors' names
+    k.columns = {}  # TransposeTile -> its transposed vectors' names
+    k.vector_store_at = {}  # the last store of a run stored as one vector -> (tile, column, the run)
+    position = {u: i for i, u in enumerate(program)} if k.tile_loads else {}
+    for tile in {id(at.tile): at.tile for at in k.tile_loads.values()}.values():
+      for j, run in tile.vector_stores.items(): k.vector_store_at[max(run, key=position.__getitem__)] = (tile, j, run)
+    k.vector_stored = {s for _, _, run in k.vector_store_at.values() for s in run}
+    return k
+
+  def buffer(self, k: LLVMKernel, u: UOp, position: int) -> str: return f"%b{position}"
+
+  def local_buffer(self, k: LLVMKernel, u: UOp) -> str:
+    k.allocas.append(f"%l{u.arg[0]} = alloca [{u.arg[1]} x {'i8' if u.dtype.is_bool else LLVM_TYPE[u.dtype]}], align 64")
+    return f"%l{u.arg[0]}"
+
+  def size_var(self, k: LLVMKernel, u: UOp) -> str:
+    """A size variable: element arg[3] of the kernel's size-variable buffer (src[0])."""
+    ptr, val = k.tmp(), k.tmp()
+    k.emit(f"{ptr} = getelementptr inbounds i64, ptr {k.value(u.src[0])}, i64 {u.arg[3]}")
+    k.emit(f"{val} = load i64, ptr {ptr}")
+    return val
+
+  def open_loop(self, k: LLVMKernel, r: UOp) -> str:
+    lid = k.loops[r] = f"r{len(k.loops)}"
+    split = r.arg.kind == AxisKind.SPLIT  # the thread-split loop runs [lo, hi), given by the caller
+    k.allocas.append(f"%{lid}.addr = alloca i64")
+    k.emit(f"store i64 {'%lo' if split else 0}, ptr %{lid}.addr")
+    k.emit(f"br label %{lid}.cond")
+    k.label(f"{lid}.cond")
+    k.emit(f"%{lid} = load i64, ptr %{lid}.addr")
+    k.emit(f"%{lid}.c = icmp slt i64 %{lid}, {'%hi' if split else k.value(r.src[0])}")
+    k.emit(f"br i1 %{lid}.c, label %{lid}.body, label %{lid}.exit")
+    k.label(f"{lid}.body")
+    return f"%{lid}"
+
+  def close_loop(self, k: LLVMKernel, r: UOp) -> None:
+    lid = k.loops[r]
+    k.emit(f"%{lid}.next = add nsw i64 %{lid}, 1")
+    k.emit(f"store i64 %{lid}.next, ptr %{lid}.addr")
+    k.emit(f"br label %{lid}.cond, !llvm.loop !{k.loop_ids[r]}")
+    k.label(f"{lid}.exit")
+
+  def break_unless(self, k: LLVMKernel, cond: UOp, r: UOp) -> None:
+    go = k.tmp()[1:]
+    k.emit(f"br i1 {k.value(cond)}, label %{go}, label %{k.loops[r]}.exit")
+    k.label(go)
+
+  def accumulator(self, k: LLVMKernel, u: UOp, owner: UOp, start: UOp) -> str:
+    t, w = k.ty(u), k.width.get(u, 0)
+    a = f"%acc{len(k.accs)}"
+    k.allocas.append(f"{a} = alloca {t}")
+    k.emit(f"store {t} {k.operand(start, w)}, ptr {a}")
+    if _nan_tracked(owner):
+      k.allocas.append(f"{a}.nan = alloca {_vtype(dtypes.bool, w)}")
+      k.emit(f"store {_vtype(dtypes.bool, w)} {'zeroinitializer' if w else 'false'}, ptr {a}.nan")
+    return a
+
+  def set_state(self, k: LLVMKernel, u: UOp, acc: str, value: UOp) -> None:
+    k.emit(f"store {LLVM_TYPE[u.dtype]} {k.value(value)}, ptr {acc}")
+
+  def read_state(self, k: LLVMKernel, u: UOp, acc: str) -> str:
+    r = k.tmp()
+    k.emit(f"{r} = load {LLVM_TYPE[u.dtype]}, ptr {acc}")
+    return r
+
+  def accumulate(self, k: LLVMKernel, u: UOp, acc: str, value: UOp) -> None:
+    t, w = k.ty(u), k.width.get(u, 0)
+    if _nan_tracked(u.src[0].src[0]):
       # a float max/min: maxnum/minnum (LLVM vectorizes those reductions; maximum it does not) and an OR of
       # "this value is NaN", which the result reads: NaN propagates as in eager
-      acc_def, val = u.src
-      a, t, v, bt = accs[acc_def.src[0]], f.ty(u), f.operand(val, w), _vtype(dtypes.bool, w)
+      v, bt = k.operand(value, w), _vtype(dtypes.bool, w)
       fn = f"llvm.{'maxnum' if u.arg is Ops.MAX else 'minnum'}.{_suffix(u.dtype, w)}"
-      f.declare(f"declare {t} @{fn}({t}, {t})")
-      old, new, isnan, seen, seen2 = f.tmp(), f.tmp(), f.tmp(), f.tmp(), f.tmp()
-      f.emit(f"{old} = load {t}, ptr {a}")
+      k.declare(f"declare {t} @{fn}({t}, {t})")
+      old, new, isnan, seen, seen2 = k.tmp(), k.tmp(), k.tmp(), k.tmp(), k.tmp()
+      k.emit(f"{old} = load {t}, ptr {acc}")
       # nnan: a NaN input makes the running value poison, but then the flag is set and the result is NaN itself;
       # nsz: -0 and +0 tie either way (they compare equal). With both, LLVM vectorizes the reduction
-      f.emit(f"{new} = call nnan nsz {t} @{fn}({t} {old}, {t} {v})")
-      f.emit(f"store {t} {new}, ptr {a}")
-      f.emit(f"{isnan} = fcmp uno {t} {v}, {v}")
-      f.emit(f"{seen} = load {bt}, ptr {a}.nan")
-      f.emit(f"{seen2} = or {bt} {seen}, {isnan}")
-      f.emit(f"store {bt} {seen2}, ptr {a}.nan")
-    elif op is Ops.ASSIGN:
-      acc_def, val = u.src
-      a = accs[acc_def.src[0]]
-      t = f.ty(u)
-      old, new = f.tmp(), f.tmp()
-      f.emit(f"{old} = load {t}, ptr {a}")
-      update = _binary(u.arg, u.dtype, old, f.operand(val, w), w)
-      if u.dtype.is_float and u.arg in (Ops.ADD, Ops.MUL):
-        # let LLVM reorder the accumulation so the reduce loop vectorizes (as eager's and Inductor's do)
-        update = update.replace("fadd contract", "fadd reassoc nsz contract", 1).replace("fmul contract", "fmul reassoc nsz contract", 1)
-      f.emit(f"{new} = {update}")
-      f.emit(f"store {t} {new}, ptr {a}")
-      _maybe_declare_minmax(f, u.arg, u.dtype, w)
-    elif op is Ops.REDUCE:
-      r = f.tmp()
-      t = f.ty(u)
-      f.emit(f"{r} = load {t}, ptr {accs[u]}")
-      if _nan_tracked(u):
-        seen, out, bt = f.tmp(), f.tmp(), _vtype(dtypes.bool, w)
-        f.emit(f"{seen} = load {bt}, ptr {accs[u]}.nan")
-        f.emit(f"{out} = select {bt} {seen}, {t} {f.operand(UOp.const(u.dtype, math.nan), w)}, {t} {r}")
-        r = out
-      f.names[u] = r
-    elif op is Ops.LOAD and w and _lane_step(u) != 1:
-      f.names[u] = _strided_load(f, u, w, lane_columns.get(u), column_vectors)
-    elif op is Ops.LOAD:
-      buf, idx = f.value(u.src[0]), _first_index(f, u, w)
-      mem_t = "i8" if u.dtype.is_bool else LLVM_TYPE[u.dtype]
-      vt = f"<{w} x {mem_t}>" if w else mem_t
-      ptr, val = f.tmp(), f.tmp()
-      if len(u.src) == 3 and not w:
-        # a gated scalar read as a branch around the load, its value 0 where the gate is false: the loop
-        # vectorizer turns that into a masked vector load where the index is contiguous (a padded row) and a
-        # gather only where it is not; a select of the index would make every contiguous read a gather
-        before, taken, join = f.block, f.tmp()[1:], f.tmp()[1:]
-        f.emit(f"br i1 {f.value(u.src[2])}, label %{taken}, label %{join}")
-        f.label(taken)
-        f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {buf}, i64 {idx}")
-        loaded = f.tmp()
-        f.emit(f"{loaded} = load {vt}, ptr {ptr}")
-        f.emit(f"br label %{join}")
-        f.label(join)
-        f.emit(f"{val} = phi {vt} [{loaded}, %{taken}], [{'0' if u.dtype.is_bool else render_const(0, u.dtype)}, %{before}]")
-      else:
-        if len(u.src) == 3:
-          safe = f.tmp()
-          f.emit(f"{safe} = select i1 {f.value(u.src[2])}, i64 {idx}, i64 0")
-          idx = safe
-        f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {buf}, i64 {idx}")
-        f.emit(f"{val} = load {vt}, ptr {ptr}" + (f", align {max(1, u.dtype.itemsize)}" if w else ""))
-      if u.dtype.is_bool:
-        b = f.tmp()
-        f.emit(f"{b} = icmp ne {vt} {val}, {'zeroinitializer' if w else 0}")
-        val = b
-      f.names[u] = val
-    elif op is Ops.STORE and u in vector_stored:
-      if u in vector_store_at:
-        tile, j, run = vector_store_at[u]
-        t = LLVM_TYPE[u.src[2].dtype]
-        ptr = f.tmp()
-        f.emit(f"{ptr} = getelementptr inbounds {t}, ptr {f.value(run[0].src[0])}, i64 {f.value(run[0].src[1])}")
-        f.emit(f"store <{tile.lanes} x {t}> {columns[tile][j]}, ptr {ptr}, align {u.src[2].dtype.itemsize}")
-    elif op is Ops.STORE:
-      buf, _, val = u.src
-      v = f.operand(val, w)
-      mem_t = LLVM_TYPE[val.dtype]
-      if val.dtype.is_bool:
-        z = f.tmp()
-        f.emit(f"{z} = zext {_vtype(dtypes.bool, w)} {v} to {f'<{w} x i8>' if w else 'i8'}")
-        v, mem_t = z, "i8"
-      ptr = f.tmp()
-      f.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {f.value(buf)}, i64 {_first_index(f, u, w)}")
-      f.emit(f"store {f'<{w} x {mem_t}>' if w else mem_t} {v}, ptr {ptr}" + (f", align {max(1, val.dtype.itemsize)}" if w else ""))
+      k.emit(f"{new} = call nnan nsz {t} @{fn}({t} {old}, {t} {v})")
+      k.emit(f"store {t} {new}, ptr {acc}")
+      k.emit(f"{isnan} = fcmp uno {t} {v}, {v}")
+      k.emit(f"{seen} = load {bt}, ptr {acc}.nan")
+      k.emit(f"{seen2} = or {bt} {seen}, {isnan}")
+      k.emit(f"store {bt} {seen2}, ptr {acc}.nan")
+      return
+    old, new = k.tmp(), k.tmp()
+    k.emit(f"{old} = load {t}, ptr {acc}")
+    # reassociate: LLVM may reorder a float sum or product so the reduce loop vectorizes (as eager's and Inductor's do)
+    k.emit(f"{new} = {_binary(u.arg, u.dtype, old, k.operand(value, w), w, reassociate=True)}")
+    k.emit(f"store {t} {new}, ptr {acc}")
+    _maybe_declare_minmax(k, u.arg, u.dtype, w)
+
+  def reduce_result(self, k: LLVMKernel, u: UOp, acc: str) -> str:
+    r, t, w = k.tmp(), k.ty(u), k.width.get(u, 0)
+    k.emit(f"{r} = load {t}, ptr {acc}")
+    if not _nan_tracked(u): return r
+    seen, out, bt = k.tmp(), k.tmp(), _vtype(dtypes.bool, w)
+    k.emit(f"{seen} = load {bt}, ptr {acc}.nan")
+    k.emit(f"{out} = select {bt} {seen}, {t} {k.operand(UOp.const(u.dtype, math.nan), w)}, {t} {r}")
+    return out
+
+  def load(self, k: LLVMKernel, u: UOp) -> str:
+    w = k.width.get(u, 0)
+    if w and _lane_step(u) != 1: return _strided_load(k, u, w, k.lane_columns.get(u), k.column_vectors)
+    buf, idx = k.value(u.src[0]), _first_index(k, u, w)
+    mem_t = "i8" if u.dtype.is_bool else LLVM_TYPE[u.dtype]
+    vt = f"<{w} x {mem_t}>" if w else mem_t
+    ptr, val = k.tmp(), k.tmp()
+    if len(u.src) == 3 and not w:
+      # a gated scalar read as a branch around the load, its value 0 where the gate is false: the loop
+      # vectorizer turns that into a masked vector load where the index is contiguous (a padded row) and a
+      # gather only where it is not; a select of the index would make every contiguous read a gather
+      before, taken, join = k.block, k.tmp()[1:], k.tmp()[1:]
+      k.emit(f"br i1 {k.value(u.src[2])}, label %{taken}, label %{join}")
+      k.label(taken)
+      k.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {buf}, i64 {idx}")
+      loaded = k.tmp()
+      k.emit(f"{loaded} = load {vt}, ptr {ptr}")
+      k.emit(f"br label %{join}")
+      k.label(join)
+      k.emit(f"{val} = phi {vt} [{loaded}, %{taken}], [{'0' if u.dtype.is_bool else render_const(0, u.dtype)}, %{before}]")
     else:
-      f.names[u] = _render_alu(f, u)
-  body = "\n".join(f.lines)
-  allocas = "\n".join("  " + a for a in f.allocas)
-  args = ", ".join([f"ptr noalias %b{i}" for i in range(len(buffer_slots))] + ["i64 %lo", "i64 %hi"])
-  decls = "\n".join(sorted(f.declares))
-  # noinline: the launchers (runtime/cpu.py) call the kernel; inlined into each of them, LLVM would optimize and emit
-  # the body three times, the single-thread launcher's copy with constant loop bounds that it unrolls in full
-  return (f"{decls}\n\ndefine void @{name}({args}) #0 {{\nentry:\n{allocas}\n  br label %start\nstart:\n{body}\n"
-          f"  ret void\n}}\n\nattributes #0 = {{ nounwind noinline }}\n"
-          f"!0 = distinct !{{!0, !1}}\n!1 = !{{!\"llvm.loop.mustprogress\"}}\n"
-          f"!2 = distinct !{{!2, !1, !3}}\n!3 = !{{!\"llvm.loop.vectorize.enable\", i1 false}}\n"
-          + (f"!4 = distinct !{{!4, !1, !5}}\n" if FORCED_SIMD_INTERLEAVE is None else
-             f"!4 = distinct !{{!4, !1, !5, !6}}\n!6 = !{{!\"llvm.loop.interleave.count\", i32 {FORCED_SIMD_INTERLEAVE}}}\n")
-          + f"!5 = !{{!\"llvm.loop.vectorize.enable\", i1 true}}\n"
-          f"!7 = distinct !{{!7, !1, !8}}\n!8 = !{{!\"llvm.loop.unroll.disable\"}}\n!9 = distinct !{{!9, !1, !3, !8}}\n")
+      if len(u.src) == 3:
+        safe = k.tmp()
+        k.emit(f"{safe} = select i1 {k.value(u.src[2])}, i64 {idx}, i64 0")
+        idx = safe
+      k.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {buf}, i64 {idx}")
+      k.emit(f"{val} = load {vt}, ptr {ptr}" + (f", align {max(1, u.dtype.itemsize)}" if w else ""))
+    if u.dtype.is_bool:
+      b = k.tmp()
+      k.emit(f"{b} = icmp ne {vt} {val}, {'zeroinitializer' if w else 0}")
+      val = b
+    return val
+
+  def store(self, k: LLVMKernel, u: UOp) -> None:
+    buf, _, val = u.src
+    w = k.width.get(u, 0)
+    v = k.operand(val, w)
+    mem_t = LLVM_TYPE[val.dtype]
+    if val.dtype.is_bool:
+      z = k.tmp()
+      k.emit(f"{z} = zext {_vtype(dtypes.bool, w)} {v} to {f'<{w} x i8>' if w else 'i8'}")
+      v, mem_t = z, "i8"
+    ptr = k.tmp()
+    k.emit(f"{ptr} = getelementptr inbounds {mem_t}, ptr {k.value(buf)}, i64 {_first_index(k, u, w)}")
+    k.emit(f"store {f'<{w} x {mem_t}>' if w else mem_t} {v}, ptr {ptr}" + (f", align {max(1, val.dtype.itemsize)}" if w else ""))
+
+  def alu(self, k: LLVMKernel, u: UOp) -> str: return _render_alu(k, u)
+
+  def finish(self, k: LLVMKernel) -> str:
+    body = "\n".join(k.lines)
+    allocas = "\n".join("  " + a for a in k.allocas)
+    args = ", ".join([f"ptr noalias %b{i}" for i in range(k.n_buffers)] + ["i64 %lo", "i64 %hi"])
+    decls = "\n".join(sorted(k.declares))
+    # noinline: the launchers (runtime/cpu.py) call the kernel; inlined into each of them, LLVM would optimize and
+    # emit the body three times, the single-thread launcher's copy with constant loop bounds that it unrolls in full
+    return (f"{decls}\n\ndefine void @{k.name}({args}) #0 {{\nentry:\n{allocas}\n  br label %start\nstart:\n{body}\n"
+            f"  ret void\n}}\n\nattributes #0 = {{ nounwind noinline }}\n" + _loop_metadata())
 
 
-def _render_transpose(f: _Function, tile) -> list:
+def _render_transpose(f: LLVMKernel, tile) -> list:
   """A transpose tile's rows as vector loads, transposed by shuffles (renderer/transpose.py): the names of the
   transposed vectors, vector j holding position j of every row."""
   t = LLVM_TYPE[tile.rows[0].dtype]
@@ -395,7 +413,7 @@ def _render_transpose(f: _Function, tile) -> list:
   return _butterfly(f, vectors, vt, tile.lanes)
 
 
-def _butterfly(f: _Function, vectors: list, vt: str, lanes: int) -> list:
+def _butterfly(f: LLVMKernel, vectors: list, vt: str, lanes: int) -> list:
   """`lanes` vectors of `lanes` elements (type vt) transposed by shuffles: vector j of the result holds element j of
   every input, in input order."""
   for stage in butterfly_masks(lanes):
@@ -409,7 +427,7 @@ def _butterfly(f: _Function, vectors: list, vt: str, lanes: int) -> list:
   return vectors
 
 
-def _ensure_rendered(f: _Function, u: UOp) -> None:
+def _ensure_rendered(f: LLVMKernel, u: UOp) -> None:
   """Render an index expression (arithmetic over values already rendered) ahead of its place in the program."""
   if u.op is Ops.CONST or u in f.names: return
   for s in u.src: _ensure_rendered(f, s)
@@ -471,7 +489,7 @@ def _nan_tracked(owner: UOp) -> bool:
   return owner.op is Ops.REDUCE and owner.arg in (Ops.MAX, Ops.MIN) and owner.dtype.is_float
 
 
-def _first_index(f: _Function, access: UOp, w: int) -> str:
+def _first_index(f: LLVMKernel, access: UOp, w: int) -> str:
   """The element index a load or store starts at: for a vector access (w lanes), its index's first operand
   (codegen._vector_accesses gives it as ADD(that, the lane) or ADD(that, MUL(lane, step)))."""
   idx = access.src[1]
@@ -510,7 +528,7 @@ def _strided_columns(program: list, width: dict) -> dict:
   return out
 
 
-def _strided_load(f: _Function, u: UOp, w: int, column, column_vectors: dict) -> str:
+def _strided_load(f: LLVMKernel, u: UOp, w: int, column, column_vectors: dict) -> str:
   """A vector load whose lanes are `step` elements apart: a column of its group's transposed block (_strided_columns),
   or where it has no whole group, one scalar load per lane."""
   t = "i8" if u.dtype.is_bool else LLVM_TYPE[u.dtype]
@@ -543,7 +561,7 @@ def _strided_load(f: _Function, u: UOp, w: int, column, column_vectors: dict) ->
   return vec
 
 
-def _maybe_declare_minmax(f: _Function, op: Ops, dt: DType, w: int = 0):
+def _maybe_declare_minmax(f: LLVMKernel, op: Ops, dt: DType, w: int = 0):
   if op not in (Ops.MAX, Ops.MIN) or dt.is_bool: return
   t = _vtype(dt, w)
   if dt.is_float: name = f"llvm.{'maximum' if op is Ops.MAX else 'minimum'}.{_suffix(dt, w)}"
@@ -551,7 +569,7 @@ def _maybe_declare_minmax(f: _Function, op: Ops, dt: DType, w: int = 0):
   f.declare(f"declare {t} @{name}({t}, {t})")
 
 
-def _render_alu(f: _Function, u: UOp) -> str:
+def _render_alu(f: LLVMKernel, u: UOp) -> str:
   """An elementwise node; a vector one (f.width) on vectors, its scalar operands broadcast."""
   out = f.tmp()
   op, dt, w = u.op, u.dtype, f.width.get(u, 0)
@@ -590,7 +608,7 @@ def _render_alu(f: _Function, u: UOp) -> str:
   return out
 
 
-def _scalar_calls(f: _Function, fn: str, t: str, vals: list, w: int) -> str:
+def _scalar_calls(f: LLVMKernel, fn: str, t: str, vals: list, w: int) -> str:
   """A libm function (no vector form) on vectors of w lanes: one call per lane."""
   f.declare(f"declare {t} @{fn}({', '.join([t] * len(vals))})")
   vec = "poison"
