@@ -23,8 +23,8 @@ OPENCL = {"device": "opencl"}
 def test_grouped_reductions(n, monkeypatch):
   """Few outputs, long rows: work-groups share each row through local memory (and still match eager). The device
   is taken to run as many work-items at once as a big GPU, so kernels are grouped where they would be there."""
-  from torch_uop.runtime.devices import Target
-  monkeypatch.setattr(Target, "parallelism", lambda self: 1 << 18)
+  from torch_uop.runtime.devices import OpenCLTarget
+  monkeypatch.setattr(OpenCLTarget, "parallelism", lambda self: 1 << 18)
   x = torch.randn(3, n)
   x[1, n // 3] = float("nan")
   with torch_uop.debug.capture() as graphs:

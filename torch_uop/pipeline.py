@@ -13,7 +13,8 @@ every pass reads and fills its fields; no module global is written). What comes 
   codegen   each kernel item -> a kernel (core/codegen.py: opts, the kernel AST, the linear program), rendered as
             LLVM IR or C (core/renderer/) under a name derived from its code; on the CPU each module is handed to
             the compile helpers as soon as it is rendered, so LLVM runs while codegen goes on
-  compile   the modules -> native code (runtime/cpu.py CPUProgram, or the device's program)
+  compile   the modules -> the target's program (runtime/devices.py: native code through runtime/cpu.py on the
+            CPU, one OpenCL or CUDA program of all kernels on a GPU-style device)
   steps     the kernel and fallback steps, the outputs' slots and the prologue (runtime/executor.py plans them)
 
 `TORCH_UOP_DEBUG_AFTER=schedule,codegen` (or `options={"debug_after": ...}`, "all" for every pass) logs what a
@@ -41,17 +42,10 @@ from torch_uop.runtime.tuning import beam_search
 from torch_uop.core.renderer.cstyle import launch_items
 from torch_uop.runtime.devices import Target, CPU
 from torch_uop.lowering.graph import LoweredGraph
-from torch_uop.runtime.cpu import CPUProgram, python_entry_ir, python_entries_supported, parallel_entry_ir, openmp_supported, \
-    ModuleCompiles, module_text
-from torch_uop.runtime import threads
 from torch_uop import counters as _metrics, log, progress
 
 _log = log.get("pipeline")
 _kernels_log = log.get("kernels")
-
-# kernels with less work than this (scalar operations, roughly) are called through a builtin launcher
-ENTRY_MAX_WORK = 1 << 17
-
 
 @dataclass
 class KernelStep:
@@ -112,7 +106,7 @@ class Compilation:
   symbols: dict = field(default_factory=dict)     # kernel name -> its function's name in the program
   work: dict = field(default_factory=dict)        # kernel name -> scalar operations per call (kernel_work)
   modules: dict = field(default_factory=dict)     # symbol -> (source, launchers' source by name, number of buffers)
-  compiles: ModuleCompiles | None = None          # the CPU modules queued for the compile helpers
+  compiles: object = None                         # the CPU's modules queued for its compile helpers (Target.start_compiles)
   renderer: object = None                         # the target's renderer (core/renderer/: LLVM IR, OpenCL C, CUDA C)
   # compile
   program: object = None                          # runtime/cpu.py CPUProgram or the device's program
@@ -129,6 +123,7 @@ class Compilation:
 
   @property
   def signatures(self) -> dict: return {sym: nbuf for sym, (_, _, nbuf) in self.modules.items()}
+
 
 
 @dataclass(frozen=True)
@@ -344,14 +339,13 @@ def _show_search(c: Compilation) -> str:
 def _codegen(c: Compilation) -> None:
   items = c.schedule.items
   n_items = sum(isinstance(item, KernelItem) for item in items)
-  gpu, target = c.gpu, c.target
-  max_group, parallelism = (target.max_group(), target.parallelism()) if gpu else (0, 0)
+  target = c.target
+  max_group, parallelism = target.max_group(), target.parallelism()
   c.renderer = renderer = target.renderer()
-  # each CPU kernel is its own LLVM module, under a name derived from its code: a kernel seen before (in this graph,
-  # another graph or another size of it) is one function, and its native object comes from the disk cache. The
-  # modules compile in helper processes (runtime/cpu.py) while codegen goes on to the next kernels.
-  c.compiles = ModuleCompiles(c.opt_level) if not gpu and n_items else None
-  if c.compiles is not None: c.compiles.workers.start()  # the helpers load llvmlite while the first kernels are built
+  # each kernel is a module under a name derived from its code: a kernel seen before (in this graph, another graph
+  # or another size of it) is one function, and on the CPU its native object comes from the disk cache. CPU modules
+  # compile in helper processes (runtime/cpu.py) while codegen goes on to the next kernels.
+  c.compiles = target.start_compiles(c.opt_level) if n_items else None
   built: dict = {}  # (structure, opts) -> (kernel, source) for items that differ only in their slots (codegen.canonical_item)
   with progress.steps(f"{c.name}: codegen", n_items) as done:
     for i, item in enumerate(items):
@@ -362,7 +356,7 @@ def _codegen(c: Compilation) -> None:
         key = None if canonical is None else (canonical[0], c.tuned.get(i))
         if key in built:
           first, first_src = built[key]
-          k, src = with_slots(first, kname, canonical[2]), _renamed(first_src, first.name, kname)
+          k, src = with_slots(first, kname, canonical[2]), renderer.rename(first_src, first.name, kname)
         else:
           k = build_kernel(item if canonical is None else canonical[1], kname, c.tuned.get(i), target.kind, max_group,
                            parallelism, target.vector_unit())
@@ -376,10 +370,10 @@ def _codegen(c: Compilation) -> None:
       c.kernels.append((item, k))
       c.sources.append(src)
       c.work[k.name] = kernel_work(k)
-      sym = c.symbols[k.name] = _kernel_symbol(k, src)
+      sym = c.symbols[k.name] = _kernel_symbol(k, src, renderer)
       if sym not in c.modules:
-        c.modules[sym] = _gpu_module(k, sym, src) if gpu else _cpu_module(k, sym, src, c.work[k.name])
-        if c.compiles is not None: c.compiles.add(module_text(*c.modules[sym][:2]))
+        c.modules[sym] = target.module(k, sym, src, c.work[k.name])
+        if c.compiles is not None: c.compiles.add_module(*c.modules[sym][:2])
       done.update()
   if c.vars_slot is not None:
     c.schedule.buffers[c.vars_slot] = BufferInfo(c.vars_slot, (len(c.var_position),), dtypes.int64, "input")
@@ -406,55 +400,26 @@ def _show_codegen(c: Compilation) -> str:
   return "\n".join(lines)
 
 
-def _renamed(source: str, old: str, new: str) -> str:
-  """A kernel's source with its function renamed (`@name(` in LLVM IR, ` name(` in C-style code)."""
-  return source.replace(f"@{old}(", f"@{new}(", 1).replace(f" {old}(", f" {new}(", 1)
-
-
-def _kernel_symbol(k, source: str) -> str:
-  """The kernel's function name in native code: a digest of its LLVM IR (with its own name taken out) and its
+def _kernel_symbol(k, source: str, renderer) -> str:
+  """The kernel's function name in native code: a digest of its source (with its own name taken out) and its
   thread-split size (which its launchers bake in), so equal kernels share one function and one cached object."""
-  code = source.replace(f"@{k.name}(", "@kernel(", 1).replace(f" {k.name}(", " kernel(", 1) + f"|split={k.split_size}"
+  code = renderer.rename(source, k.name, "kernel") + f"|split={k.split_size}"
   return "k_" + hashlib.sha256(code.encode()).hexdigest()[:24]
-
-
-def _gpu_module(k, sym: str, source: str) -> tuple:
-  """(the kernel's source under its symbol, no launchers, its number of buffers) for a GPU-style program."""
-  return source.replace(f" {k.name}(", f" {sym}(", 1), {}, len(k.buffers)
-
-
-def _cpu_module(k, sym: str, source: str, work) -> tuple:
-  """(the kernel's LLVM IR under its symbol, its launchers' IR by name, its number of buffers)."""
-  entries = {}
-  # a symbolic split size (or work) is known per call: such a kernel gets both launchers, which take the split
-  # size as an argument, and each instance picks (runtime/executor.py _make_plan)
-  symbolic = is_sym(k.split_size) or is_sym(work)
-  split = None if is_sym(k.split_size) else k.split_size
-  # small kernels also get a launcher Python calls as a builtin (holding the GIL: only for short runs)
-  if python_entries_supported() and (symbolic or work < ENTRY_MAX_WORK):
-    entries[f"{sym}_py"] = python_entry_ir(f"{sym}_py", sym, len(k.buffers), None if split is None else max(split, 1))
-  if openmp_supported() and (symbolic or threads.max_threads(k.split_size, work) > 1):
-    entries[f"{sym}_par"] = parallel_entry_ir(f"{sym}_par", sym, len(k.buffers), split)
-  return source.replace(f"@{k.name}(", f"@{sym}(", 1), entries, len(k.buffers)
 
 
 # ---- compile
 
 def _compile(c: Compilation) -> None:
-  if c.kernels and c.gpu:
-    with _Timer("device_compile"):
-      c.device_source = c.renderer.program_source([src for src, _, _ in c.modules.values()])
-      c.program = c.target.program(c.device_source, list(c.modules))
-  elif c.kernels:
-    with _Timer("llvm"):
-      c.program = CPUProgram(None, c.signatures, c.opt_level, [entries for _, entries, _ in c.modules.values()], compiles=c.compiles)
-    _metrics.state()["cache_hits"] += c.program.objects_from_cache
+  if c.kernels:
+    with _Timer("device_compile" if c.gpu else "llvm"):
+      c.program, c.device_source = c.target.program_of(c.modules, c.renderer, c.opt_level, c.compiles)
+    _metrics.state()["cache_hits"] += getattr(c.program, "objects_from_cache", 0)
   _metrics.state()["kernels_compiled"] += len(c.kernels)
 
 
 def _show_compile(c: Compilation) -> str:
   if c.program is None: return "(no kernels)"
-  if c.gpu: return c.device_source
+  if c.device_source is not None: return c.device_source
   return f"{len(c.modules)} modules, {c.program.objects_from_cache} from the disk cache: " + ", ".join(c.modules)
 
 

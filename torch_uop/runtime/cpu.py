@@ -200,7 +200,7 @@ class CPUProgram:
       else:
         if compiles is None:
           compiles = ModuleCompiles(opt_level, disk_cache)
-          for src, part_entries in zip(sources, entry_parts): compiles.add(module_text(src, part_entries))
+          for src, part_entries in zip(sources, entry_parts): compiles.add_module(src, part_entries)
         objects = compiles.objects()
         self.objects_from_cache, self.optimized_ir = compiles.from_cache, compiles.optimized_ir
       self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
@@ -245,6 +245,10 @@ class ModuleCompiles:
     self.sent: list[tuple[list[int], _Pending, int]] = []  # (batch, its submit's replies, its place there)
     self.from_cache, self.optimized_ir = 0, None
     self.workers = compile_workers()
+
+  def add_module(self, source: str, entries: dict[str, str]) -> None:
+    """add() a kernel's module with its launchers (module_text)."""
+    self.add(module_text(source, entries))
 
   def add(self, text: str) -> None:
     key = cache.key(text, *target_id(), str(self.opt_level))

@@ -59,6 +59,11 @@ def cuda_include_dirs() -> tuple:
   return tuple(dirs)
 
 
+def check_available() -> None:
+  """Raise a clear error if NVRTC or the CUDA driver cannot be loaded."""
+  _nvrtc(), _driver()
+
+
 def nvrtc_available() -> bool:
   try: _nvrtc()
   except CUDAUnavailable: return False

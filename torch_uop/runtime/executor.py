@@ -25,12 +25,12 @@ import time
 import torch
 from torch.autograd import profiler as _torch_profiler
 from torch_uop.core.sym import concrete
-from torch_uop.runtime.devices import Target, CPU
+from torch_uop.runtime.devices import Target, CPU, ENTRY_MAX_WORK
 from torch_uop.lowering.graph import LoweredGraph, TensorRef
 from torch_uop.runtime.cpu import CPUProgram, openmp_supported
 from torch_uop.runtime import threads
 from torch_uop.runtime.memory import advise_huge_pages, huge_page_advisor, HUGE_PAGE_MIN_BYTES
-from torch_uop.pipeline import compile_lowered, FallbackStep, ENTRY_MAX_WORK
+from torch_uop.pipeline import compile_lowered, FallbackStep
 from torch_uop import counters as _metrics, log
 
 _log = log.get("kernels")

@@ -85,6 +85,12 @@ class Renderer:
   name = "base"
   kernel_class = KernelText
   dialect_rules: list = []
+  symbol_prefix = " "  # what comes before a function's name where it is defined (LLVM: "@")
+
+  @classmethod
+  def rename(cls, source: str, old: str, new: str) -> str:
+    """A rendered function's text under another name."""
+    return source.replace(f"{cls.symbol_prefix}{old}(", f"{cls.symbol_prefix}{new}(", 1)
 
   def __init_subclass__(cls, **kw):
     super().__init_subclass__(**kw)

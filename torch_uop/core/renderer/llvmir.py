@@ -212,6 +212,7 @@ class LLVMRenderer(Renderer):
   """LLVM IR, one function per kernel (see the module's docstring)."""
   name = "llvm"
   kernel_class = LLVMKernel
+  symbol_prefix = "@"
   dialect_rules = [(UPat(Ops.LOAD, name="u"), _tile_load), (UPat(Ops.STORE, name="u"), _tile_store)]
 
   def render(self, kernel) -> str:
