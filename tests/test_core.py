@@ -444,6 +444,17 @@ class TestPatterns:
     assert last.rewrite(x + c(5)) is c(1) and last.rewrite(x + c(6)) is c(7)
     assert last.rewrite(x * c(6)) is None
 
+  def test_translate_takes_any_result_and_rewrite_only_a_new_node(self):
+    # translate (codegen's EVALUATE, the renderers) accepts a rule's result even when it is the node itself; rewrite
+    # passes such a rule by. A pattern that checks a dtype or an arg still checks it when it has no sources.
+    x = rng(4)
+    pm = PatternMatcher([(UPat(Ops.ADD, dtype=dtypes.float32, name="e"), lambda e: "float add"),
+                         (UPat(Ops.ADD, name="e"), lambda e: e),
+                         (UPat(Ops.ADD, name="e"), lambda e: f"add of {len(e.src)}")])
+    assert pm.translate(x + c(1)) is x + c(1)
+    assert pm.rewrite(x + c(1)) == "add of 2"
+    assert pm.translate(x * c(2)) is None
+
   def test_ctx_is_passed_when_given(self):
     pm = PatternMatcher([(UPat(Ops.CONST, name="k"), lambda ctx, k: ctx.append(k.arg) or None)])
     seen = []

@@ -15,8 +15,9 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 import dataclasses
-from torch_uop.core.uop import UOp, Ops, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key, AxisKind, RangeArg, KernelLoopVar
+from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key, AxisKind, RangeArg, KernelLoopVar
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits, base_and_offset
@@ -120,75 +121,12 @@ class _Evaluator:
 
   def _eval(self, node: UOp, idxs: tuple, gate: UOp) -> UOp:
     slots = self.item.realized
-    if node is not self.item.root and node in slots:
+    if node is not self.item.root and node in slots:  # a realized node (another kernel's output) is read
       if node.op is Ops.BUFFER: return self.load(slots[node], node.dtype, idxs[0], gate)
       return self.load(slots[node], node.dtype, _strided(idxs, self.item.buffers[slots[node]].strides), gate)
-    if node.op in (Ops.CONST, Ops.DEFINE_VAR): return node
-    if node.op is Ops.VIEW:
-      flat, valid = node.arg.to_indexed(list(idxs))
-      valid = _simplify(valid)
-      src = node.src[0]
-      inner_gate = _simplify(gate & valid)
-      # (a position's mask clauses narrow its index math, range_limits below: a tile whose masks move with a lane is
-      # built position by position)
-      if self.at_lanes and inner_gate.op is not Ops.CONST and _lane_reaches(inner_gate, self.lane_reach):
-        raise _PositionDependent
-      # what is read here is only used where the mask holds: the index may assume it (a concatenation's
-      # (r - 32) % 64 for r in [32, 64) is r - 32)
-      limits = range_limits(inner_gate) if inner_gate.op is not Ops.CONST else {}
-      flat = simplify_within(flat, limits)
-      if src.op is Ops.CONST: value = src
-      elif src in slots and src is not self.item.root and (src.op is Ops.BUFFER or _row_major(self.item.buffers[slots[src]])):
-        # (a realized node stored in row-major order is read at the flat index itself: unflattening it only for
-        # the strides to sum it back leaves divisions that the simplifier does not always undo)
-        value = self.load(slots[src], src.dtype, flat, inner_gate)
-      else:
-        src_idxs = tuple(simplify_within(i, limits) for i in unflatten(flat, src.shape))
-        value = self.eval(src, src_idxs, inner_gate)
-      if valid.op is Ops.CONST and valid.arg: return value
-      return valid.where(value, UOp.const(value.dtype, 0))
-    if node.op is Ops.REDUCE_AXIS and node in self.item.row_reduces:
-      # computed once per row (schedule._broadcast_back), in loops of its own: after the reductions it reads, before
-      # the loops over the row that read it
-      op, axes = node.arg
-      k = len(self.row_ranges)
-      ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), RangeArg(a, AxisKind.REDUCE, k)) for a in axes)
-      self.row_ranges.append(ranges)
-      src_idxs = list(idxs)
-      for a, r in zip(axes, ranges): src_idxs[a] = r
-      return UOp(Ops.REDUCE, node.dtype, (self.eval(node.src[0], tuple(src_idxs), gate), *ranges), op)
-    if node.op is Ops.REDUCE_AXIS:
-      op, axes = node.arg
-      if self.reduce_ranges is None:
-        kind = AxisKind.REDUCE if self.opts.vector_axis is None else AxisKind.REDUCE_SERIAL
-        self.reduce_ranges = tuple(UOp(Ops.RANGE, IDX, (_c(node.src[0].shape[a]),), RangeArg(a, kind)) for a in axes)
-        self.reduce_axes = axes
-      assert self.reduce_axes == axes, "scheduler fused reductions over different axes"
-      src_idxs = list(idxs)
-      for a, r in zip(axes, self.reduce_ranges): src_idxs[a] = r
-      value = self.eval(node.src[0], tuple(src_idxs), gate)
-      return UOp(Ops.REDUCE, node.dtype, (value, *self.reduce_ranges), op)
-    if node.op is Ops.IOTA: return idxs[0].cast(node.dtype)
-    if node.op is Ops.GATHER:
-      x, *indices = node.src
-      new = []
-      for d, source in enumerate(node.arg):
-        if isinstance(source, int): new.append(idxs[source]); continue
-        i = self.eval(indices[source[1]], idxs, gate).cast(IDX)
-        size = _c(x.shape[d])
-        i = (i < _c(0)).where(i + size, i)
-        new.append(i.maximum(_c(0)).minimum(size - _c(1)))  # never read out of bounds, whatever the data
-      return self.eval(x, tuple(new), gate)
-    if node.op is Ops.CONTIGUOUS and node.arg == STAGED and node is not self.item.root and self._stages(node, idxs, gate):
-      return self._staged(node, idxs)
-    if node.op is Ops.CONTIGUOUS: return self.eval(node.src[0], idxs, gate)
-    if node.op is Ops.LOOP: return self._loop(node, idxs, gate)
-    if node.op is Ops.LOOP_VAR:  # inside its loop's step: the counter or a state value of that loop
-      counter, state = self.loop_vars[(node.arg.tag, idxs, gate)]
-      return counter.cast(node.dtype) if node.arg.index < 0 else state[node.arg.index]
-    if node.op in ELEMENTWISE:
-      return node.replace(src=tuple(self.eval(s, idxs, gate) for s in node.src))
-    raise NotImplementedError(f"codegen cannot evaluate {node.op}")
+    out = EVALUATE.translate(node, _At(self, idxs, gate))
+    if out is None: raise NotImplementedError(f"codegen cannot evaluate {node.op}")
+    return out
 
   def _stages(self, node: UOp, idxs: tuple, gate: UOp) -> bool:
     """Whether this read of a staged node goes through a local copy of its slab: on the CPU, ungated, outside row
@@ -252,6 +190,99 @@ class _Evaluator:
       self.loops[key] = (lid, (counter, *[self.eval(s, idxs, gate) for s in node.src[1:]]))
     lid, src = self.loops[key]
     return UOp(Ops.LOOP, node.dtype, src, (lid, node.arg[1]))
+
+
+class _At(NamedTuple):
+  """Where a tensor-level node is evaluated: the evaluator, the output position's index along each of the node's
+  dims, and the gate (where the value is used at all)."""
+  ev: _Evaluator
+  idxs: tuple
+  gate: UOp
+
+
+def _eval_view(at: _At, x: UOp) -> UOp:
+  ev, slots = at.ev, at.ev.item.realized
+  flat, valid = x.arg.to_indexed(list(at.idxs))
+  valid = _simplify(valid)
+  src = x.src[0]
+  inner_gate = _simplify(at.gate & valid)
+  # (a position's mask clauses narrow its index math, range_limits below: a tile whose masks move with a lane is
+  # built position by position)
+  if ev.at_lanes and inner_gate.op is not Ops.CONST and _lane_reaches(inner_gate, ev.lane_reach):
+    raise _PositionDependent
+  # what is read here is only used where the mask holds: the index may assume it (a concatenation's
+  # (r - 32) % 64 for r in [32, 64) is r - 32)
+  limits = range_limits(inner_gate) if inner_gate.op is not Ops.CONST else {}
+  flat = simplify_within(flat, limits)
+  if src.op is Ops.CONST: value = src
+  elif src in slots and src is not ev.item.root and (src.op is Ops.BUFFER or _row_major(ev.item.buffers[slots[src]])):
+    # (a realized node stored in row-major order is read at the flat index itself: unflattening it only for
+    # the strides to sum it back leaves divisions that the simplifier does not always undo)
+    value = ev.load(slots[src], src.dtype, flat, inner_gate)
+  else:
+    src_idxs = tuple(simplify_within(i, limits) for i in unflatten(flat, src.shape))
+    value = ev.eval(src, src_idxs, inner_gate)
+  if valid.op is Ops.CONST and valid.arg: return value
+  return valid.where(value, UOp.const(value.dtype, 0))
+
+
+def _eval_reduce(at: _At, x: UOp) -> UOp:
+  ev, (op, axes) = at.ev, x.arg
+  if x in ev.item.row_reduces:
+    # computed once per row (schedule._broadcast_back), in loops of its own: after the reductions it reads, before
+    # the loops over the row that read it
+    k = len(ev.row_ranges)
+    ranges = tuple(UOp(Ops.RANGE, IDX, (_c(x.src[0].shape[a]),), RangeArg(a, AxisKind.REDUCE, k)) for a in axes)
+    ev.row_ranges.append(ranges)
+  else:
+    if ev.reduce_ranges is None:
+      kind = AxisKind.REDUCE if ev.opts.vector_axis is None else AxisKind.REDUCE_SERIAL
+      ev.reduce_ranges = tuple(UOp(Ops.RANGE, IDX, (_c(x.src[0].shape[a]),), RangeArg(a, kind)) for a in axes)
+      ev.reduce_axes = axes
+    assert ev.reduce_axes == axes, "scheduler fused reductions over different axes"
+    ranges = ev.reduce_ranges
+  src_idxs = list(at.idxs)
+  for a, r in zip(axes, ranges): src_idxs[a] = r
+  return UOp(Ops.REDUCE, x.dtype, (ev.eval(x.src[0], tuple(src_idxs), at.gate), *ranges), op)
+
+
+def _eval_gather(at: _At, x: UOp) -> UOp:
+  source, *indices = x.src
+  new = []
+  for d, where in enumerate(x.arg):
+    if isinstance(where, int): new.append(at.idxs[where]); continue
+    i = at.ev.eval(indices[where[1]], at.idxs, at.gate).cast(IDX)
+    size = _c(source.shape[d])
+    i = (i < _c(0)).where(i + size, i)
+    new.append(i.maximum(_c(0)).minimum(size - _c(1)))  # never read out of bounds, whatever the data
+  return at.ev.eval(source, tuple(new), at.gate)
+
+
+def _eval_contiguous(at: _At, x: UOp) -> UOp:
+  ev = at.ev
+  if x.arg == STAGED and x is not ev.item.root and ev._stages(x, at.idxs, at.gate): return ev._staged(x, at.idxs)
+  return ev.eval(x.src[0], at.idxs, at.gate)
+
+
+def _eval_loop_var(at: _At, x: UOp) -> UOp:
+  """Inside its loop's step: the counter or a state value of that loop."""
+  counter, state = at.ev.loop_vars[(x.arg.tag, at.idxs, at.gate)]
+  return counter.cast(x.dtype) if x.arg.index < 0 else state[x.arg.index]
+
+
+# how each tensor-level node becomes kernel-level UOps at one output position (_Evaluator._eval; a realized node is
+# read from its buffer before these rules are tried)
+EVALUATE = PatternMatcher([
+  (UPat((Ops.CONST, Ops.DEFINE_VAR), name="x"), lambda at, x: x),
+  (UPat(Ops.VIEW, name="x"), _eval_view),
+  (UPat(Ops.REDUCE_AXIS, name="x"), _eval_reduce),
+  (UPat(Ops.IOTA, name="x"), lambda at, x: at.idxs[0].cast(x.dtype)),
+  (UPat(Ops.GATHER, name="x"), _eval_gather),
+  (UPat(Ops.CONTIGUOUS, name="x"), _eval_contiguous),
+  (UPat(Ops.LOOP, name="x"), lambda at, x: at.ev._loop(x, at.idxs, at.gate)),
+  (UPat(Ops.LOOP_VAR, name="x"), _eval_loop_var),
+  (UPat(tuple(ELEMENTWISE), name="x"), lambda at, x: x.replace(src=tuple(at.ev.eval(s, at.idxs, at.gate) for s in x.src))),
+])
 
 
 _simplify = simplify

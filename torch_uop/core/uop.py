@@ -353,6 +353,9 @@ class UPat:
   def __mod__(self, x): return self._b(Ops.MOD, x)
 
 
+def _op_only(pat: UPat) -> bool: return pat.dtype is None and pat.arg is None and pat.orders is None
+
+
 def _permutations(pats: list) -> list[tuple]:
   if len(pats) == 2: return [tuple(pats), (pats[1], pats[0])]
   import itertools
@@ -360,9 +363,9 @@ def _permutations(pats: list) -> list[tuple]:
 
 
 class PatternMatcher:
-  """An ordered list of (UPat, fn(**binds) -> UOp | None). A node is tried against the rules whose root pattern
-  takes its op (or any op), in list order; the first rule whose function returns a UOp wins. Rules are indexed by
-  their root op for speed."""
+  """An ordered list of (UPat, fn(**binds) -> UOp | None), fn(ctx, **binds) where a ctx is given. A node is tried
+  against the rules whose root pattern takes its op (or any op), in list order; the first rule whose function returns
+  a UOp wins (`rewrite`; `translate` takes any result that is not None). Rules are indexed by their root op for speed."""
 
   def __init__(self, rules: list[tuple[UPat, Callable]]):
     self.rules = rules
@@ -372,8 +375,10 @@ class PatternMatcher:
       if pat.ops is None: self.any_op.append((pat, fn))
       else:
         for op in pat.ops: self.by_op.setdefault(op, []).append((pat, fn))
-    # per root op, the rules that take it, in list order (a rule for any op keeps its place among them)
-    self._rules_for = {op: [(pat, fn) for pat, fn in rules if pat.ops is None or op in pat.ops] for op in self.by_op}
+    # per root op, the rules that take it, in list order (a rule for any op keeps its place among them), each with
+    # whether its pattern checks nothing past the op (then it binds the node to its name without matching)
+    self._rules_for = {op: [(pat, fn, _op_only(pat)) for pat, fn in rules if pat.ops is None or op in pat.ops] for op in self.by_op}
+    self._any_op = [(pat, fn, _op_only(pat)) for pat, fn in self.any_op]
 
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
 
@@ -382,10 +387,19 @@ class PatternMatcher:
     return bool(self.any_op) or any(u.op in self.by_op for u in nodes)
 
   def rewrite(self, u: UOp, ctx=None) -> UOp | None:
-    for pat, fn in self._rules_for.get(u.op, self.any_op):
-      for binds in pat.match(u, {}):
+    """The first rule's new node for u (None: no rule rewrites it; a rule returning u itself does not count)."""
+    return self._first(u, ctx, u)
+
+  def translate(self, u: UOp, ctx=None):
+    """The first rule's result for u that is not None, whatever it is (u itself, a string): for passes that translate
+    each node into something else (codegen's kernel building, the renderers) rather than rewrite a graph."""
+    return self._first(u, ctx, None)
+
+  def _first(self, u: UOp, ctx, unchanged):
+    for pat, fn, op_only in self._rules_for.get(u.op, self._any_op):
+      for binds in (({pat.name: u} if pat.name else {},) if op_only else pat.match(u, {})):
         out = fn(ctx, **binds) if ctx is not None else fn(**binds)
-        if out is not None and out is not u: return out
+        if out is not None and out is not unchanged: return out
     return None
 
 

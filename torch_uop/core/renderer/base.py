@@ -105,7 +105,7 @@ class Renderer:
     k = self.begin(self.kernel_class(self, name, program, buffer_slots, local_size), **options)
     for u in program:
       if u in k.names or u in k.skip: continue
-      out = self.matcher.rewrite(u, k)
+      out = self.matcher.translate(u, k)
       if out is None: raise NotImplementedError(f"{self.name} renderer: no rule for {u.op}")
       if out: k.names[u] = out
     return self.finish(k)
