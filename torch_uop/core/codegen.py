@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 import dataclasses
-from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, _const_key, AxisKind, RangeArg, KernelLoopVar
+from torch_uop.core.uop import UOp, Ops, UPat, PatternMatcher, ELEMENTWISE, STAGED, toposort, graph_rewrite, substitute, const_key, AxisKind, RangeArg, KernelLoopVar
 from torch_uop.core.dtypes import DType, dtypes
 from torch_uop.core.shapetracker import unflatten, contiguous_strides
 from torch_uop.core.symbolic import simplify, simplify_within, range_limits, base_and_offset
@@ -112,7 +112,7 @@ class _Evaluator:
     of the tile, not once per position)."""
     if view not in self.broadcast_dims:
       top = view.arg.views[-1]
-      mask = top._mask()
+      mask = top.valid_bounds()
       self.broadcast_dims[view] = tuple(d for d, (n, st) in enumerate(zip(top.shape, top.strides))
                                         if st == 0 and mask[d] == (0, n) and not known_equal(n, 1))
     dims = self.broadcast_dims[view]
@@ -583,7 +583,7 @@ def canonical_item(item: KernelItem) -> tuple[tuple, KernelItem, dict] | None:
       stack.extend((s, False) for s in reversed(u.src))
       continue
     else:
-      entry = (u.op, u.dtype, _const_key(u.arg) if u.op is Ops.CONST else u.arg, tuple(index[s] for s in u.src),
+      entry = (u.op, u.dtype, const_key(u.arg) if u.op is Ops.CONST else u.arg, tuple(index[s] for s in u.src),
                u in item.row_reduces)
     index[u] = len(entries)
     entries.append(entry)
@@ -870,10 +870,14 @@ def _stage_blocks(nodes: list, rcache: dict, outer_ranges: list, skip: set) -> t
 
 
 def _output_ranges(nodes: list, reduce_ranges: set, loop_order: tuple = ()) -> list:
-  """The kernel's output loops in `loop_order` (else axis order), the thread-split loop outermost."""
+  """The kernel's loops outside its reduction, the thread-split loop outermost, then in RangeArg.order, output loops
+  in `loop_order` (else axis order)."""
   place = {a: k for k, a in enumerate(loop_order)}
-  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg.kind not in (AxisKind.LOOP, AxisKind.STAGE, AxisKind.VECTOR)} - reduce_ranges,
-                key=lambda r: (r.arg.kind != AxisKind.SPLIT, (0, 0, place.get(r.arg.axis, r.arg.axis)) if r.arg.order[0] == 0 else r.arg.order))
+
+  def key(r: UOp) -> tuple:
+    kind, group, axis = r.arg.order
+    return (r.arg.kind != AxisKind.SPLIT, kind, group, place.get(axis, axis) if r.arg.kind in (AxisKind.GLOBAL, AxisKind.SPLIT) else axis)
+  return sorted({n for n in nodes if n.op is Ops.RANGE and n.arg.kind not in (AxisKind.LOOP, AxisKind.STAGE, AxisKind.VECTOR)} - reduce_ranges, key=key)
 
 
 def _linearize_rows(nodes: list, rcache: dict) -> list[UOp]:

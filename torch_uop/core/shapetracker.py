@@ -41,7 +41,8 @@ class View:
   def is_contiguous(self) -> bool:
     return known_equal(self.offset, 0) and self.mask is None and known_equal(self.strides, contiguous_strides(self.shape))
 
-  def _mask(self): return self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
+  def valid_bounds(self):  # the mask, or every position's bounds where there is none
+    return self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
 
   def _with_mask(self, mask) -> tuple | None:
     if mask is None: return None
@@ -54,7 +55,7 @@ class View:
 
   def expand(self, shape: tuple) -> View:
     strides, mask = [], []
-    for s_old, s_new, st, m in zip(self.shape, shape, self.strides, self._mask()):
+    for s_old, s_new, st, m in zip(self.shape, shape, self.strides, self.valid_bounds()):
       if s_old == s_new: strides.append(st); mask.append(m)
       else:
         assert s_old == 1, f"cannot expand {self.shape} to {shape}"
@@ -76,12 +77,12 @@ class View:
     """pads: ((before, after), ...) with non-negative entries."""
     shape = tuple(s + b + a for s, (b, a) in zip(self.shape, pads))
     offset = self.offset - sum(b * st for (b, _), st in zip(pads, self.strides))
-    mask = tuple((mlo + b, mhi + b) for (mlo, mhi), (b, _) in zip(self._mask(), pads))
+    mask = tuple((mlo + b, mhi + b) for (mlo, mhi), (b, _) in zip(self.valid_bounds(), pads))
     v = View(shape, self.strides, offset)
     return View(shape, self.strides, offset, v._with_mask(mask))
 
   def flip(self, dims: tuple) -> View:
-    strides, offset, mask = list(self.strides), self.offset, list(self._mask())
+    strides, offset, mask = list(self.strides), self.offset, list(self.valid_bounds())
     for d in dims:
       offset += (self.shape[d] - 1) * strides[d]
       strides[d] = -strides[d]

@@ -115,7 +115,7 @@ def known_equal(a, b) -> bool:
   if not isinstance(a, Sym) and not isinstance(b, Sym): return a == b
   ua, ub = _uop_of(a), _uop_of(b)
   if ua is None or ub is None: return False
-  return ua is ub or _sign_bounds(simplify(ua - ub)) == (0, 0)  # a*b - b*a is 0 as a polynomial
+  return ua is ub or sign_bounds(simplify(ua - ub)) == (0, 0)  # a*b - b*a is 0 as a polynomial
 
 
 def sym_extreme(op: Ops, a, b):
@@ -206,7 +206,7 @@ class Sym(_SizeExpr):
     cond = simplify(UOp(op, dtypes.bool, (a, b)))
     if cond.op is Ops.CONST: return bool(cond.arg)
     diff = simplify(a - b)  # settled by the difference's bounds: s*4 - s*2 >= 0
-    lo, hi = _sign_bounds(diff)
+    lo, hi = sign_bounds(diff)
     settled = {Ops.CMPLT: (hi < 0, lo >= 0), Ops.CMPLE: (hi <= 0, lo > 0),
                Ops.CMPEQ: (lo == hi == 0, lo > 0 or hi < 0), Ops.CMPNE: (lo > 0 or hi < 0, lo == hi == 0)}[op]
     if settled[0]: return True
@@ -260,7 +260,7 @@ import torch_uop.core.uop as _uop_module  # noqa: E402
 _uop_module._symbolic_types = (Sym, SymF)
 
 
-def _sign_bounds(u: UOp) -> tuple:
+def sign_bounds(u: UOp) -> tuple:
   """Bounds of an index expression, tighter than interval arithmetic where it is a polynomial: every leaf x (a
   variable, or a div/mod it cannot see into) is written lo(x) + t with t >= 0 and the product expanded. When every
   coefficient is >= 0 the value is at least the constant term; when every one is <= 0, at most it

@@ -196,8 +196,8 @@ def _provably_below(x: UOp, k: UOp) -> bool:
   """x < k for every value of the size variables (x >= 0), shown through x's symbolic upper bound."""
   if x.vmax < k.vmin: return True
   if (ub := upper_bound(x)) is None: return False
-  from torch_uop.core.sym import _sign_bounds
-  return _sign_bounds(simplify(k - ub))[0] > 0
+  from torch_uop.core.sym import sign_bounds
+  return sign_bounds(simplify(k - ub))[0] > 0
 
 
 def _div_mod_by_symbol(x: UOp, k: UOp, is_mod: bool):

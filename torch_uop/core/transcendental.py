@@ -39,8 +39,8 @@ def _bits(x: UOp) -> UOp: return UOp(Ops.BITCAST, I32 if x.dtype == F32 else I64
 def _float(bits: UOp) -> UOp: return UOp(Ops.BITCAST, F32 if bits.dtype == I32 else F64, (bits,))
 def _abs(x: UOp) -> UOp: return x.math("abs")
 def _isnan(x: UOp) -> UOp: return x.alu(Ops.CMPNE, x)
-def _lt(a: UOp, b) -> UOp: return a.alu(Ops.CMPLT, a._lift(b))
-def _eq(a: UOp, b) -> UOp: return a.alu(Ops.CMPEQ, a._lift(b))
+def _lt(a: UOp, b) -> UOp: return a.alu(Ops.CMPLT, a.operand(b))
+def _eq(a: UOp, b) -> UOp: return a.alu(Ops.CMPEQ, a.operand(b))
 def _div(a: UOp, b: UOp) -> UOp: return a.alu(Ops.FDIV, b)
 
 

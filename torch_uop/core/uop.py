@@ -144,7 +144,7 @@ class KernelLoopVar(NamedTuple):
 STAGED = "staged"  # CONTIGUOUS's arg for a copy staged inside its reader (a GEMM's weight panel, lowering/linalg.py)
 
 
-def _const_key(arg):
+def const_key(arg):
   # -0.0 == 0.0 and True == 1 in Python; constants must still stay distinct
   if isinstance(arg, float): return ('f', struct.pack('<d', arg))
   return (type(arg).__name__, arg)
@@ -171,7 +171,7 @@ def _forget(ref, key) -> None:
 
 class _UOpMeta(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
-    key = (op, dtype, tuple(map(id, src)), _const_key(arg) if op is Ops.CONST else arg)
+    key = (op, dtype, tuple(map(id, src)), const_key(arg) if op is Ops.CONST else arg)
     ref = _live.get(key)
     if ref is not None and (hit := ref()) is not None: return hit
     node = super().__call__(op, dtype, src, arg)
@@ -211,24 +211,26 @@ class UOp(metaclass=_UOpMeta):
   def where(self, a: UOp, b: UOp) -> UOp: return UOp(Ops.WHERE, a.dtype, (self, a, b))
   def math(self, name: str, *others: UOp) -> UOp: return UOp(Ops.MATH, self.dtype, (self, *others), name)
 
-  def _lift(self, x) -> UOp: return x if isinstance(x, UOp) else UOp.const(self.dtype, x)
-  def __add__(self, x): return self.alu(Ops.ADD, self._lift(x))
-  def __radd__(self, x): return self._lift(x).alu(Ops.ADD, self)
-  def __sub__(self, x): return self.alu(Ops.SUB, self._lift(x))
-  def __rsub__(self, x): return self._lift(x).alu(Ops.SUB, self)
-  def __mul__(self, x): return self.alu(Ops.MUL, self._lift(x))
-  def __rmul__(self, x): return self._lift(x).alu(Ops.MUL, self)
-  def __floordiv__(self, x): return self.alu(Ops.IDIV, self._lift(x))  # only used on non-negative indices
-  def __mod__(self, x): return self.alu(Ops.MOD, self._lift(x))
+  def operand(self, x) -> UOp:
+    """x as the other operand of an op on this node: itself if a UOp, else a constant of this node's dtype."""
+    return x if isinstance(x, UOp) else UOp.const(self.dtype, x)
+  def __add__(self, x): return self.alu(Ops.ADD, self.operand(x))
+  def __radd__(self, x): return self.operand(x).alu(Ops.ADD, self)
+  def __sub__(self, x): return self.alu(Ops.SUB, self.operand(x))
+  def __rsub__(self, x): return self.operand(x).alu(Ops.SUB, self)
+  def __mul__(self, x): return self.alu(Ops.MUL, self.operand(x))
+  def __rmul__(self, x): return self.operand(x).alu(Ops.MUL, self)
+  def __floordiv__(self, x): return self.alu(Ops.IDIV, self.operand(x))  # only used on non-negative indices
+  def __mod__(self, x): return self.alu(Ops.MOD, self.operand(x))
   def __neg__(self): return UOp(Ops.NEG, self.dtype, (self,))
-  def __lt__(self, x): return self.alu(Ops.CMPLT, self._lift(x))
-  def __le__(self, x): return self.alu(Ops.CMPLE, self._lift(x))
-  def __and__(self, x): return self.alu(Ops.AND, self._lift(x))
-  def __or__(self, x): return self.alu(Ops.OR, self._lift(x))
-  def ne(self, x): return self.alu(Ops.CMPNE, self._lift(x))
-  def eq(self, x): return self.alu(Ops.CMPEQ, self._lift(x))
-  def maximum(self, x): return self.alu(Ops.MAX, self._lift(x))
-  def minimum(self, x): return self.alu(Ops.MIN, self._lift(x))
+  def __lt__(self, x): return self.alu(Ops.CMPLT, self.operand(x))
+  def __le__(self, x): return self.alu(Ops.CMPLE, self.operand(x))
+  def __and__(self, x): return self.alu(Ops.AND, self.operand(x))
+  def __or__(self, x): return self.alu(Ops.OR, self.operand(x))
+  def ne(self, x): return self.alu(Ops.CMPNE, self.operand(x))
+  def eq(self, x): return self.alu(Ops.CMPEQ, self.operand(x))
+  def maximum(self, x): return self.alu(Ops.MAX, self.operand(x))
+  def minimum(self, x): return self.alu(Ops.MIN, self.operand(x))
   __hash__ = object.__hash__
   __eq__ = object.__eq__
 

@@ -210,7 +210,7 @@ def _lower_graph(gm: torch.fx.GraphModule) -> LoweredGraph:
         extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(s != 0 for s in shape) else 0
         buf = UOp(Ops.BUFFER, dt, (), (slot, max(extent, 1)))
         buffer_slots[buf] = slot
-        lt = LT(buf)._view(lambda st: ShapeTracker.from_strides(shape, strides))
+        lt = LT(buf).map_view(lambda st: ShapeTracker.from_strides(shape, strides))
         if lt.uop.op is not Ops.VIEW or lt.shape != shape: lt = LT(UOp(Ops.VIEW, dt, (buf,), ShapeTracker.from_strides(shape, strides)))
         env[node] = lt
         inputs.append(InputSpec(slot, shape, strides, complex_part(val.dtype) or val.dtype, is_complex))

@@ -17,7 +17,7 @@ from torch_uop.core.dtypes import dtypes, DType
 from torch_uop.torch_dtypes import to_torch
 from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.lowering.tensor import LT, compute_dtype
-from torch_uop.lowering.reduction import _arg_extreme, _sort
+from torch_uop.lowering.reduction import arg_extreme, sort_along
 
 aten = torch.ops.aten
 
@@ -303,12 +303,12 @@ def multinomial(ctx, probs, num_samples, replacement=False, **kwargs):
     # each sample: argmax over categories of log p + Gumbel (Gumbel-max)
     if r * num_samples * cats > _MAX_GUMBEL_ELEMENTS: raise Unsupported("multinomial too large for Gumbel-max")
     keys = _gumbel_keys(ctx, rows.reshape((r, 1, cats)), (r, num_samples, cats))
-    _, idx = _arg_extreme(keys, 2, False, True)
+    _, idx = arg_extreme(keys, 2, False, True)
   else:
     # without replacement: the num_samples largest keys, in order (Gumbel top-k)
     if num_samples > cats: raise Unsupported("more samples than categories (eager raises)")
     keys = _gumbel_keys(ctx, rows, (r, cats))
-    _, idx = _sort(keys, 1, True, True)  # raises Unsupported for very long rows
+    _, idx = sort_along(keys, 1, True, True)  # raises Unsupported for very long rows
     idx = idx.slice(1, 0, num_samples)
   return idx.reshape(ctx.shape)
 

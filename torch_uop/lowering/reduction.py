@@ -78,7 +78,7 @@ def max_all(ctx, x):
   return x.reduce(Ops.MAX if ctx.node.target is aten.max.default else Ops.MIN, _axes(x, None), False)
 
 
-def _arg_extreme(x: LT, dim: int | None, keepdim: bool, is_max: bool) -> tuple[LT, LT]:
+def arg_extreme(x: LT, dim: int | None, keepdim: bool, is_max: bool) -> tuple[LT, LT]:
   """(values, first index of the extreme) along dim; NaN is the extreme, as in eager."""
   if dim is None: x, dim = x.reshape((x.numel(),)), 0
   dim %= max(x.ndim, 1)
@@ -96,7 +96,7 @@ def _arg_extreme(x: LT, dim: int | None, keepdim: bool, is_max: bool) -> tuple[L
 @register(aten.argmax.default, aten.argmin.default)
 def argmax(ctx, x, dim=None, keepdim=False):
   if x.numel() == 0: return _empty_result(ctx)
-  _, idx = _arg_extreme(x, dim, keepdim, ctx.node.target is aten.argmax.default)
+  _, idx = arg_extreme(x, dim, keepdim, ctx.node.target is aten.argmax.default)
   if dim is None and keepdim: idx = idx.reshape(ctx.shape)
   return idx
 
@@ -104,7 +104,7 @@ def argmax(ctx, x, dim=None, keepdim=False):
 @register(aten.max.dim, aten.min.dim)
 def max_dim(ctx, x, dim, keepdim=False):
   if x.numel() == 0: return _empty_result(ctx, 0), _empty_result(ctx, 1)
-  return _arg_extreme(x, dim, keepdim, ctx.node.target is aten.max.dim)
+  return arg_extreme(x, dim, keepdim, ctx.node.target is aten.max.dim)
 
 
 @register(aten.var.correction, aten.var_mean.correction)
@@ -243,7 +243,7 @@ MAX_SORT_LEN = 8192
 UNSTABLE_IS_STABLE_LEN = 16
 
 
-def _sort(x: LT, dim: int, descending: bool, stable: bool = True, stable_upto: int = UNSTABLE_IS_STABLE_LEN):
+def sort_along(x: LT, dim: int, descending: bool, stable: bool = True, stable_upto: int = UNSTABLE_IS_STABLE_LEN):
   """Stable sort along dim. With stable=False eager's order of equal elements is its own
   (introsort) beyond `stable_upto` elements: integer, bool and half inputs, where ties are common,
   fall back then. topk and kthvalue (quickselect) order ties their own way from 2 elements on."""
@@ -263,17 +263,17 @@ def _sort(x: LT, dim: int, descending: bool, stable: bool = True, stable_upto: i
 def sort(ctx, x, *args, **kwargs):
   if ctx.node.target is aten.sort.stable:
     dim, descending = kwargs.get("dim", -1), kwargs.get("descending", False)
-    return _sort(x, dim, descending, bool(kwargs.get("stable")))
+    return sort_along(x, dim, descending, bool(kwargs.get("stable")))
   dim = args[0] if args else kwargs.get("dim", -1)
   descending = args[1] if len(args) > 1 else kwargs.get("descending", False)
-  return _sort(x, dim, descending, False)
+  return sort_along(x, dim, descending, False)
 
 
 @register(aten.topk.default)
 def topk(ctx, x, k, dim=-1, largest=True, sorted=True):
   if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
   dim %= x.ndim
-  v, i = _sort(x, dim, largest, False, stable_upto=1)
+  v, i = sort_along(x, dim, largest, False, stable_upto=1)
   return v.slice(dim, 0, k), i.slice(dim, 0, k)
 
 
@@ -281,7 +281,7 @@ def topk(ctx, x, k, dim=-1, largest=True, sorted=True):
 def kthvalue(ctx, x, k, dim=-1, keepdim=False):
   if x.ndim == 0: return x, LT.full((), 0, dtypes.int64)
   dim %= x.ndim
-  v, i = _sort(x, dim, False, False, stable_upto=1)
+  v, i = sort_along(x, dim, False, False, stable_upto=1)
   v, i = v.slice(dim, k - 1, k), i.slice(dim, k - 1, k)
   if not keepdim: v, i = v.squeeze_dims((dim,)), i.squeeze_dims((dim,))
   return v, i
@@ -289,7 +289,7 @@ def kthvalue(ctx, x, k, dim=-1, keepdim=False):
 
 def _median(x: LT, dim: int, keepdim: bool, ignore_nan: bool):
   """The lower median along dim (NaN if any is NaN, unless ignore_nan: then of the non-NaN values)."""
-  v, i = _sort(x, dim, False)
+  v, i = sort_along(x, dim, False)
   n = x.shape[dim]
   if ignore_nan and x.dtype.is_float:
     cnt = x.isnan().logical_not().cast(dtypes.int64).reduce(Ops.ADD, (dim,), True)

@@ -68,7 +68,7 @@ class LT:
   def const_like(self, value, dtype: DType | None = None) -> LT: return LT.full(self.shape, value, dtype or self.dtype)
 
   # ---------------- movement
-  def _view(self, fn) -> LT:
+  def map_view(self, fn) -> LT:
     if self.uop.op is Ops.VIEW: base, st = self.uop.src[0], self.uop.arg
     else: base, st = self.uop, ShapeTracker.from_shape(self.shape)
     new = fn(st)
@@ -82,24 +82,24 @@ class LT:
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
     if math.prod(shape) != self.numel(): raise ValueError(f"cannot reshape {self.shape} to {shape}")
     if known_equal(shape, self.shape): return self
-    return self._view(lambda st: st.reshape(shape))
+    return self.map_view(lambda st: st.reshape(shape))
 
   def permute(self, order) -> LT:
     order = tuple(o % self.ndim for o in order) if self.ndim else ()
     if order == tuple(range(self.ndim)): return self
-    return self._view(lambda st: st.permute(order))
+    return self.map_view(lambda st: st.permute(order))
 
   def expand(self, shape) -> LT:
     shape = tuple(shape)
     if len(shape) > self.ndim: return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
     shape = tuple(s if n == -1 else n for s, n in zip(self.shape, shape))
     if known_equal(shape, self.shape): return self
-    return self._view(lambda st: st.expand(shape))
+    return self.map_view(lambda st: st.expand(shape))
 
   def shrink(self, bounds) -> LT:
     bounds = tuple((_size(a), _size(b)) for a, b in bounds)
     if all(a == 0 and b == s for (a, b), s in zip(bounds, self.shape)): return self
-    return self._view(lambda st: st.shrink(bounds))
+    return self.map_view(lambda st: st.shrink(bounds))
 
   def pad(self, pads, value=0) -> LT:
     """pads: ((before, after), ...) per dim; negative entries crop."""
@@ -108,16 +108,16 @@ class LT:
     x = self.shrink(crop)
     pos = tuple((max(0, a), max(0, b)) for a, b in pads)
     if all(a == 0 and b == 0 for a, b in pos): return x
-    padded = x._view(lambda st: st.pad(pos))
+    padded = x.map_view(lambda st: st.pad(pos))
     if value == 0: return padded
     # pad value v: pad with 0 and add v where the mask is off
-    inside = LT.full(x.shape, True, dtypes.bool)._view(lambda st: st.pad(pos))
+    inside = LT.full(x.shape, True, dtypes.bool).map_view(lambda st: st.pad(pos))
     return inside.where(padded, padded.const_like(value))
 
   def flip(self, dims) -> LT:
     dims = tuple(d % self.ndim for d in dims)
     if not dims: return self
-    return self._view(lambda st: st.flip(dims))
+    return self.map_view(lambda st: st.flip(dims))
 
   def slice(self, dim: int, start: int, end: int, step: int = 1) -> LT:
     dim %= self.ndim
@@ -127,11 +127,11 @@ class LT:
     if step == 1: return x
     steps = [1] * self.ndim
     steps[dim] = step
-    return x._view(lambda st: st.stride_step(tuple(steps)))
+    return x.map_view(lambda st: st.stride_step(tuple(steps)))
 
   def as_strided(self, shape, strides, offset=0) -> LT:
     """A raw strided window over this tensor's contiguous element order."""
-    return self._view(lambda st: st.as_strided(tuple(shape), tuple(strides), offset))
+    return self.map_view(lambda st: st.as_strided(tuple(shape), tuple(strides), offset))
 
   def squeeze_dims(self, dims) -> LT:
     dims = {d % self.ndim for d in dims} if self.ndim else set()
@@ -164,11 +164,12 @@ class LT:
 
   def bitcast(self, dtype: DType) -> LT: return LT(UOp(Ops.BITCAST, dtype, (self.uop,)))
 
-  def _lift(self, x) -> LT:
+  def operand(self, x) -> LT:
+    """x as the other operand of an op on this tensor: itself if an LT, else a constant tensor of this shape and dtype."""
     return x if isinstance(x, LT) else LT.full(self.shape, x, self.dtype)
 
   def alu(self, op: Ops, *others, arg=None, dtype: DType | None = None) -> LT:
-    xs = [self] + [self._lift(o) for o in others]
+    xs = [self] + [self.operand(o) for o in others]
     shape = broadcast_shapes(*[x.shape for x in xs])
     xs = [x.broadcast_to(shape) for x in xs]
     if dtype is None: dtype = dtypes.bool if op in (Ops.CMPLT, Ops.CMPLE, Ops.CMPEQ, Ops.CMPNE) else self.dtype
@@ -181,8 +182,8 @@ class LT:
   def __neg__(self): return self.alu(Ops.NEG)
   def __lt__(self, x): return self.alu(Ops.CMPLT, x)
   def __le__(self, x): return self.alu(Ops.CMPLE, x)
-  def __gt__(self, x): return self._lift(x).alu(Ops.CMPLT, self)
-  def __ge__(self, x): return self._lift(x).alu(Ops.CMPLE, self)
+  def __gt__(self, x): return self.operand(x).alu(Ops.CMPLT, self)
+  def __ge__(self, x): return self.operand(x).alu(Ops.CMPLE, self)
   def eq(self, x): return self.alu(Ops.CMPEQ, x)
   def ne(self, x): return self.alu(Ops.CMPNE, x)
   def __and__(self, x): return self.alu(Ops.AND, x)
@@ -204,8 +205,8 @@ class LT:
     b_lt = b if isinstance(b, LT) else None
     ref = a_lt or b_lt
     assert ref is not None, "where needs at least one tensor branch"
-    a_lt = a_lt or ref._lift(a)
-    b_lt = b_lt or ref._lift(b)
+    a_lt = a_lt or ref.operand(a)
+    b_lt = b_lt or ref.operand(b)
     shape = broadcast_shapes(self.shape, a_lt.shape, b_lt.shape)
     c, a2, b2 = (x.broadcast_to(shape) for x in (self, a_lt, b_lt))
     return LT(UOp(Ops.WHERE, a2.dtype, (c.uop, a2.uop, b2.uop)))
