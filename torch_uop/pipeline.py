@@ -496,7 +496,7 @@ PASSES: tuple[Pass, ...] = (
   Pass("schedule", _schedule, _show_schedule, "tensor graph -> kernel items and fallback steps (core/schedule.py)"),
   Pass("search", _search, _show_search, "BEAM: kernel opts chosen by timing candidates (runtime/tuning.py; beam > 0)"),
   Pass("codegen", _codegen, _show_codegen, "kernel items -> kernels, rendered and queued (core/codegen.py, core/renderer/)"),
-  Pass("compile", _compile, _show_compile, "modules -> native code (runtime/cpu.py) or the device's program"),
+  Pass("compile", _compile, _show_compile, "modules -> the target's program (runtime/devices.py Target.program_of)"),
   Pass("steps", _steps, _show_steps, "kernel and fallback steps, output slots, the prologue"),
 )
 PASS_NAMES = tuple(p.name for p in PASSES)
