@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch_uop
 from torch_uop.core.uop import Ops
-from torch_uop.core.renderer.base import Renderer, KernelText
+from torch_uop.core.renderer.base import Renderer
 from torch_uop.core.renderer.llvmir import LLVMRenderer
 from torch_uop.core.renderer.cstyle import OpenCLRenderer, CUDARenderer
 from torch_uop.runtime.devices import Target, CPUTarget, OpenCLTarget, CUDATarget, TARGETS
@@ -94,4 +94,3 @@ def test_targets_are_found_by_name():
   assert set(TARGETS) >= {"cpu", "opencl", "cuda"}
   with pytest.raises(ValueError, match="no target 'tpu'; targets: cpu, opencl, cuda"):
     Target("tpu")
-  assert isinstance(KernelText(TraceRenderer(), "k", [], []).tmp(), str)

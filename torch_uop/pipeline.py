@@ -40,7 +40,7 @@ from torch_uop.core.symbolic import simplify, base_and_offset
 from torch_uop.core.codegen import build_kernel, canonical_item, with_slots, kernel_work
 from torch_uop.runtime.tuning import beam_search
 from torch_uop.core.renderer.cstyle import launch_items
-from torch_uop.runtime.devices import Target, CPU
+from torch_uop.runtime.devices import Target, CPU, module_signatures
 from torch_uop.lowering.graph import LoweredGraph
 from torch_uop import counters as _metrics, log, progress
 
@@ -122,8 +122,7 @@ class Compilation:
   def gpu(self) -> bool: return self.target.kind == "gpu"
 
   @property
-  def signatures(self) -> dict: return {sym: nbuf for sym, (_, _, nbuf) in self.modules.items()}
-
+  def signatures(self) -> dict: return module_signatures(self.modules)
 
 
 @dataclass(frozen=True)

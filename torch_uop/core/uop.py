@@ -371,22 +371,18 @@ class PatternMatcher:
 
   def __init__(self, rules: list[tuple[UPat, Callable]]):
     self.rules = rules
-    self.by_op: dict[Ops, list] = {}
-    self.any_op: list = []
-    for pat, fn in rules:
-      if pat.ops is None: self.any_op.append((pat, fn))
-      else:
-        for op in pat.ops: self.by_op.setdefault(op, []).append((pat, fn))
     # per root op, the rules that take it, in list order (a rule for any op keeps its place among them), each with
-    # whether its pattern checks nothing past the op (then it binds the node to its name without matching)
-    self._rules_for = {op: [(pat, fn, _op_only(pat)) for pat, fn in rules if pat.ops is None or op in pat.ops] for op in self.by_op}
-    self._any_op = [(pat, fn, _op_only(pat)) for pat, fn in self.any_op]
+    # whether its pattern checks nothing past the op (then it binds the node to its name without matching); an op
+    # no rule names gets only the rules for any op
+    ops = {op for pat, _ in rules if pat.ops is not None for op in pat.ops}
+    self._rules_for = {op: [(pat, fn, _op_only(pat)) for pat, fn in rules if pat.ops is None or op in pat.ops] for op in ops}
+    self._any_op = [(pat, fn, _op_only(pat)) for pat, fn in rules if pat.ops is None]
 
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
 
   def may_rewrite(self, nodes) -> bool:
     """Whether some rule's root op is the op of one of `nodes` (a graph with none is left as it is by graph_rewrite)."""
-    return bool(self.any_op) or any(u.op in self.by_op for u in nodes)
+    return bool(self._any_op) or any(u.op in self._rules_for for u in nodes)
 
   def rewrite(self, u: UOp, ctx=None) -> UOp | None:
     """The first rule's new node for u (None: no rule rewrites it; a rule returning u itself does not count)."""

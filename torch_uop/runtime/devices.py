@@ -24,6 +24,11 @@ TARGETS: dict[str, type] = {}  # name -> its Target subclass
 ENTRY_MAX_WORK = 1 << 17
 
 
+def module_signatures(modules: dict) -> dict:
+  """Each module's kernel symbol -> its number of buffers (what a CPU program's launchers are built for)."""
+  return {sym: nbuf for sym, (_, _, nbuf) in modules.items()}
+
+
 @dataclass(frozen=True)
 class Target:
   """A device kernels run on: `Target("opencl")` is an OpenCLTarget. Equal targets (name and CUDA device index) share
@@ -109,8 +114,8 @@ class CPUTarget(Target, target_name="cpu"):
     return LLVMRenderer.rename(source, kernel.name, symbol), entries, n
 
   def program_of(self, modules: dict, renderer, opt_level: int, compiles) -> tuple:
-    signatures = {sym: nbuf for sym, (_, _, nbuf) in modules.items()}
-    return cpu.CPUProgram(None, signatures, opt_level, [entries for _, entries, _ in modules.values()], compiles=compiles), None
+    entries = [entries for _, entries, _ in modules.values()]
+    return cpu.CPUProgram(None, module_signatures(modules), opt_level, entries, compiles=compiles), None
 
 
 class GPUTarget(Target):

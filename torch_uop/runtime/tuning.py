@@ -98,8 +98,7 @@ class _Bench:
     """(program, launch()) of the kernel built with `opts` for a GPU-style target; launch() waits for the kernel."""
     target = self.target
     k = build_kernel(self.item, "tune", opts, "gpu")
-    renderer = target.renderer()
-    prog = target.program(renderer.program_source([renderer.render_kernel(k.name, k.program, k.argument_ids, k.local_size)]), [k.name])
+    prog = target.program(target.renderer().render_program(k), [k.name])
     run = prog.launcher(k.name, [self.item.buffers[s].nbytes for s in k.buffers], launch_items(k.program), k.local_size)
     ptrs = [self.buffers[s].data_ptr() for s in k.buffers]
     wait = getattr(prog, "synchronize", None) or (lambda: torch.cuda.synchronize(target.torch_device))

@@ -42,7 +42,7 @@ class KernelText:
   def emit(self, line: str) -> None: self.lines.append(self.indent_unit * self.depth + line)
 
 
-def loop_state(u: UOp) -> UOp:
+def _loop_state(u: UOp) -> UOp:
   """The LOOP_VAR whose accumulator a LOOP_VAR or LOOP node reads (a LOOP is the state after its loop)."""
   return u if u.op is Ops.LOOP_VAR else UOp(Ops.LOOP_VAR, u.dtype, (), KernelLoopVar(*u.arg))
 
@@ -72,7 +72,7 @@ CONTROL_RULES = PatternMatcher([
   (UPat(Ops.BREAK_UNLESS, name="u"), lambda k, u: k.renderer.break_unless(k, u.src[0], u.src[1]) or ""),
   (UPat(Ops.DEFINE_ACC, name="u"), _accumulator),
   (UPat(Ops.ASSIGN, name="u"), _assign),
-  (UPat((Ops.LOOP_VAR, Ops.LOOP), name="u"), lambda k, u: k.renderer.read_state(k, u, k.accs[loop_state(u)])),
+  (UPat((Ops.LOOP_VAR, Ops.LOOP), name="u"), lambda k, u: k.renderer.read_state(k, u, k.accs[_loop_state(u)])),
   (UPat(Ops.REDUCE, name="u"), lambda k, u: k.renderer.reduce_result(k, u, k.accs[u])),
   (UPat(Ops.LOAD, name="u"), lambda k, u: k.renderer.load(k, u)),
   (UPat(Ops.STORE, name="u"), lambda k, u: k.renderer.store(k, u) or ""),

@@ -502,5 +502,3 @@ class CUDARenderer(CStyleRenderer):
     if dst == dtypes.bfloat16: return f"__bfloat162float(__ushort_as_bfloat16((unsigned short)({x})))"
     return f"tu_bitcast<{self.types[dst]}>({x})"
 
-
-RENDERERS = {r.name: r for r in (OpenCLRenderer, CUDARenderer)}
