@@ -892,6 +892,26 @@ def test_conv2d_grad_no_bias_and_weight_only():
                             make((3, 2, 3)).requires_grad_(), **GRAD_TOL)
 
 
+@pytest.mark.parametrize("kw", [{}, dict(stride=2, padding=1), dict(stride=3), dict(dilation=2, padding=2),
+                                dict(groups=4, padding=1), dict(groups=32, padding=1)])
+@pytest.mark.parametrize("length", [9, 700])
+def test_conv1d_grad(kw, length):
+  """A 1-D convolution runs as a single-row 2-D one: at the channel counts and lengths where the 2-D paths take it
+  (over padded rows, phases, im2col) and below them, forward and both gradients match eager."""
+  g = kw.get("groups", 1)
+  x = make((2, 32, length)).requires_grad_()
+  w = make((16 if g < 32 else 32, 32 // g, 3)).requires_grad_()
+  b = make((w.shape[0],)).requires_grad_()
+  check_grads_against_eager(lambda x, w, b: F.conv1d(x, w, b, **kw), x, w, b, **GRAD_TOL)
+
+
+@pytest.mark.parametrize("kw", [dict(stride=2, padding=1), dict(stride=2, output_padding=1), dict(groups=2)])
+def test_conv_transpose1d_grad(kw):
+  x = make((2, 8, 300)).requires_grad_()
+  w = make((8, 12 // kw.get("groups", 1), 4)).requires_grad_()
+  check_grads_against_eager(lambda x, w: F.conv_transpose1d(x, w, **kw), x, w, **GRAD_TOL)
+
+
 @pytest.mark.parametrize("in_shape", [(5, 7), (2, 3, 7)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_grad(in_shape, bias):

@@ -168,6 +168,17 @@ def _windows(x: LT, groups: int, kernel: tuple, stride: tuple, dilation: tuple, 
   return x.as_strided(shape, strides)
 
 
+def _one_row(t: LT) -> LT:
+  """A 1-D convolution's [N, C, L] tensor (input, weight or gradient) as a 2-D one's of a single row: [N, C, 1, L]."""
+  return t.reshape((t.shape[0], t.shape[1], 1, t.shape[2]))
+
+
+def _one_row_params(stride, padding, dilation, output_padding=(0,)) -> tuple:
+  """A 1-D convolution's stride, padding, dilation and output padding (one value each) as those of a single-row 2-D
+  convolution: the row axis has stride 1, no padding, dilation 1, no output padding."""
+  return tuple((neutral, *v) for neutral, v in zip((1, 0, 1, 0), (stride, padding, dilation, output_padding)))
+
+
 def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   """Direct convolution: x [N, C, *sp], w [O, C/groups, *k] -> [N, O, *out] in the accumulation dtype."""
   nd = x.ndim - 2
@@ -175,6 +186,9 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   o, cg, *k = w.shape
   acc = compute_dtype(x.dtype)
   stride, padding, dilation = (tuple(v) * (nd if len(v) == 1 else 1) for v in (stride, padding, dilation))
+  if nd == 1:  # a 1-D convolution is a 2-D one over a single row, so the 2-D paths below apply to it
+    out = conv(_one_row(x), _one_row(w), *_one_row_params(stride, padding, dilation)[:3], groups)
+    return out.reshape((out.shape[0], out.shape[1], out.shape[3]))
   if nd == 2 and not any(map(is_sym, x.shape)):
     xa, wa = x.cast(acc), w.cast(acc)
     out = _patch_conv(xa, wa, stride, padding, dilation, groups)
@@ -472,6 +486,12 @@ def _strided_input_grad(g: LT, w: LT, size: tuple, stride: tuple, padding: tuple
 @register(aten.convolution_backward.default)
 def convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
                          output_mask):
+  if x.ndim == 3 and w.ndim == 3:  # 1-D: the gradients of the single-row 2-D convolution it is (conv above)
+    stride, padding, dilation, output_padding = _one_row_params(stride, padding, dilation, output_padding)
+    dx, dw, db = convolution_backward(ctx, _one_row(grad), _one_row(x), _one_row(w), bias_sizes, stride, padding,
+                                      dilation, transposed, output_padding, groups, output_mask)
+    squeeze = lambda t: None if t is None else t.reshape((t.shape[0], t.shape[1], t.shape[3]))
+    return squeeze(dx), squeeze(dw), db
   nd = x.ndim - 2
   acc = compute_dtype(x.dtype)
   g = grad.cast(acc)
