@@ -519,6 +519,7 @@ ATTENTION_BLOCK_CASES = [
   (1, 2, 33, 50, 16, "bool", False),   # cross attention, a boolean mask per (row, key), one row masked whole
   (2, 1, 24, 32, 16, "float", False),  # an additive mask per batch entry, broadcast over heads
   (1, 2, 32, 24, 64, "keys", False),   # a mask per key only, head size 64
+  (1, 2, 192, 200, 64, None, False),   # 24 blocks: the output and dq join as a tree of concats (movement.concat)
 ]
 
 
@@ -549,6 +550,29 @@ def test_attention_by_blocks_of_rows(monkeypatch, case):
   assert not any(_holds(shape, (h, lq, lk)) for shape in forward)  # no kernel writes the scores whole
   assert sum(any(_holds(shape, (h, r, lk)) for r in block_rows) for shape in backward) >= len(rows)
   assert not any(_holds(shape, (h, lq, lk)) for shape in backward)
+
+
+@pytest.mark.parametrize("sizes", [[7] * 13, [5, 9, 1, 12, 3, 8, 8, 2, 11, 6, 4]])
+def test_concat_of_many_parts_joins_as_a_tree(sizes):
+  """A concat of many parts is built as a tree of concats of at most CONCAT_MAX_PARTS parts, each written out, so no
+  kernel selects among all the parts at every element; forward and gradients match eager (even and uneven parts,
+  joined along a middle dim and read through a transpose, as attention's blocks are)."""
+  from torch_uop.lowering import movement
+  torch.manual_seed(0)
+  parts = [torch.randn(6, n, 256, requires_grad=True) for n in sizes]
+  scales = [torch.rand(6, n, 1) for n in sizes]
+  fn = lambda *ps: torch.cat([p * s for p, s in zip(ps, scales)], 1).transpose(0, 1).reshape(sum(sizes), 6 * 256)
+  torch._dynamo.reset()
+  torch_uop.reset_metrics()
+  with torch_uop.debug.capture() as graphs:
+    got = torch.compile(fn, backend="uop", options=FRESH)(*parts)
+    grads = torch.autograd.grad(got, parts, torch.ones_like(got))
+  want = fn(*parts)
+  torch.testing.assert_close(got, want)
+  for g, w in zip(grads, torch.autograd.grad(want, parts, torch.ones_like(want))): torch.testing.assert_close(g, w)
+  assert torch_uop.metrics()["fallback_nodes_total"] == 0
+  loads = [sum(1 for u in k.ast.toposort() if u.op is Ops.LOAD) for k in graphs[0].kernels]
+  assert len(sizes) > movement.CONCAT_MAX_PARTS and max(loads) <= 2 * movement.CONCAT_MAX_PARTS  # (a part and its scale)
 
 
 def test_attention_backward_blocks_run_in_turn(monkeypatch):
