@@ -1,5 +1,6 @@
 """The model zoo: real models from transformers, torchvision, timm and diffusers, built from their
-libraries' own code with random weights (no downloads), plus two memory-bound kernels.
+libraries' own code with random weights (no downloads), plus two memory-bound kernels, and (group "more", `MORE`)
+models beyond the zoo of record that check speed on architectures and sizes nothing was tuned on.
 
 `ZOO` maps a name to a `ZooEntry`; `build(name, size)` returns (model in eval mode, example inputs
 tuple), seeded so two builds are identical. Sizes: "real" keeps a model's widths, channels, image and
@@ -26,7 +27,7 @@ SEQ = {"real": 128, "tiny": 16}
 class ZooEntry:
   name: str
   library: str                     # the package the model comes from ("torch" for the kernels)
-  group: str                       # "models" (in the geomean) or "kernels"
+  group: str                       # "models" (the zoo of record, in its geomean), "more" (models beyond it) or "kernels"
   build: Callable                  # size -> (nn.Module, inputs tuple)
   description: dict                # size -> one line
   bytes_moved: Callable | None = None  # kernels: size -> bytes one call reads and writes
@@ -252,6 +253,56 @@ def _unet(size):
   return model, (torch.randn(1, 4, latent, latent), torch.tensor([500]), torch.randn(1, tokens, width))
 
 
+# ----- more models: beyond the zoo of record, for checking that speed holds on shapes it was not tuned on -----
+
+def _whisper_encoder(size):
+  import_torchvision()  # (transformers' Whisper modules import torchvision's image code)
+  from transformers import WhisperConfig, WhisperModel
+  if size == "real":  # whisper-tiny widths; 2 layers; 30 s of 80-bin log-mel frames
+    cfg, frames = WhisperConfig(d_model=384, encoder_attention_heads=6, encoder_ffn_dim=1536, encoder_layers=2, decoder_layers=1), 3000
+  else:
+    cfg, frames = WhisperConfig(d_model=64, encoder_attention_heads=2, encoder_ffn_dim=128, encoder_layers=1, decoder_layers=1,
+                                decoder_attention_heads=2, decoder_ffn_dim=128,
+                                num_mel_bins=16, max_source_positions=32), 64
+  cfg._attn_implementation = "sdpa"
+  return WhisperModel(cfg).get_encoder(), (torch.randn(1, cfg.num_mel_bins, frames),)
+
+
+def _distilbert(size):
+  import_torchvision()
+  from transformers import DistilBertConfig, DistilBertModel
+  if size == "real": cfg = DistilBertConfig(n_layers=2)  # distilbert-base widths
+  else: cfg = DistilBertConfig(dim=64, n_heads=2, hidden_dim=128, n_layers=1, vocab_size=256, max_position_embeddings=64)
+  cfg._attn_implementation = "sdpa"
+  return DistilBertModel(cfg), (_tokens(cfg.vocab_size, size),)
+
+
+def _gemma(size):
+  import_torchvision()
+  from transformers import GemmaConfig, GemmaModel
+  if size == "real":  # one key/value head, GeGLU feed-forward
+    cfg = GemmaConfig(hidden_size=512, intermediate_size=2048, num_attention_heads=8, num_key_value_heads=1, head_dim=64,
+                      num_hidden_layers=2, vocab_size=32000)
+  else:
+    cfg = GemmaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                      num_hidden_layers=1, **TINY_TEXT)
+  cfg.use_cache, cfg._attn_implementation = False, "sdpa"
+  return GemmaModel(cfg), (_tokens(cfg.vocab_size, size),)
+
+
+def _torchvision(name: str, real_px: int = 224, tiny: dict | None = None):
+  def build(size):
+    models = import_torchvision().models
+    return getattr(models, name)(**({} if size == "real" else dict(num_classes=10, **(tiny or {})))), (_image(size, real_px),)
+  return build
+
+
+def _unet64(size):
+  if size == "tiny": return _unet(size)
+  model, (_, t, _) = _unet(size)
+  return model, (torch.randn(1, 4, 64, 64), t, torch.randn(1, 77, 768))  # 4096 latent pixels, a 77-token prompt
+
+
 # ----- kernels -----
 
 class ScaledSoftmax(nn.Module):
@@ -299,6 +350,20 @@ ZOO: dict[str, ZooEntry] = dict([
   _entry("resnet50", "timm", _timm("resnet50", dict(layers=[1, 1, 1, 1])), "timm resnet50, 1x3x224x224", "1 block per stage, 32px"),
   _entry("unet", "diffusers", _unet, "UNet2DConditionModel, channels (128, 256), 1 layer per block, cross attention (768), "
          "1x4x32x32 latents, 8 text tokens", "channels (32, 64), 1 layer per block, 8x8 latents"),
+  _entry("whisper_encoder", "transformers", _whisper_encoder, "WhisperModel encoder (whisper-tiny widths) d=384, 6 heads, "
+         "2 layers, 1x80x3000 frames (two 1-D convolutions, 1500-token attention)", "1 layer, d=64, 16x64 frames", "more"),
+  _entry("distilbert", "transformers", _distilbert, "DistilBertModel d=768, 12 heads, 2 layers, 1x128 tokens", "1 layer, d=64", "more"),
+  _entry("gemma", "transformers", _gemma, "GemmaModel d=512, 8 heads / 1 kv head, GeGLU ffn 2048, 2 layers, 1x128 tokens",
+         "1 layer, d=64", "more"),
+  _entry("swin_t", "torchvision", _torchvision("swin_t"), "torchvision swin_t (shifted windows), 1x3x224x224", "whole net, 32px", "more"),
+  _entry("densenet121", "torchvision", _torchvision("densenet121", 160), "torchvision densenet121 (concats of up to 32 parts), 1x3x160x160",
+         "whole net, 32px", "more"),
+  _entry("regnet_y_400mf", "torchvision", _torchvision("regnet_y_400mf"), "torchvision regnet_y_400mf (grouped convs, SE), 1x3x224x224",
+         "whole net, 32px", "more"),
+  _entry("mobilevit_xxs", "timm", _timm("mobilevit_xxs", {}, tiny_px=64), "timm mobilevit_xxs (unfolded patches, attention), 1x3x224x224",
+         "whole net, 64px", "more"),
+  _entry("unet_64", "diffusers", _unet64, "the zoo's UNet at 1x4x64x64 latents, 77 text tokens (4096-token self-attention)",
+         "as the zoo's tiny UNet", "more"),
   _entry("softmax", "torch", _softmax, "softmax(x*0.125, -1) over 4096x1024 float32", "64x128", "kernels",
          lambda size: 2 * 4 * SOFTMAX_SHAPE[size][0] * SOFTMAX_SHAPE[size][1]),
   _entry("pointwise", "torch", _pointwise, "tanh(a)*sigmoid(b)+sqrt(abs(a-b))*0.5 over 4M float32", "4096 float32", "kernels",
@@ -306,6 +371,7 @@ ZOO: dict[str, ZooEntry] = dict([
 ])
 
 MODELS = [n for n, e in ZOO.items() if e.group == "models"]
+MORE = [n for n, e in ZOO.items() if e.group == "more"]  # not in the default run or its geomeans (bench_zoo.py --set more)
 KERNELS = [n for n, e in ZOO.items() if e.group == "kernels"]
 
 
