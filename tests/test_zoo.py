@@ -1,7 +1,7 @@
 """Real library models through backend="uop": the zoo's "tiny" sizes (torch_uop/testing/zoo.py).
 
 transformers decoders (GPT-2, LLaMA, Qwen2) and encoders (BERT, T5, ViT), a torchvision ResNet, timm's DeiT and
-ConvNeXt, each in inference (no_grad) and one training step (the zoo's loss, backward), compared with
+ConvNeXt, and from the models beyond the zoo of record Whisper's encoder, Swin-T and DenseNet-121, each in inference (no_grad) and one training step (the zoo's loss, backward), compared with
 eager: the main output and every parameter gradient, and no ATen fallback. A model whose library
 cannot be imported is skipped, saying which.
 """
@@ -14,7 +14,8 @@ from torch_uop.testing import zoo
 # the first-order error of reordered float32 sums, relative to each tensor's largest magnitude
 RTOL, ATOL_SCALE = 1e-4, 1e-4
 
-MODELS = ["gpt2", "llama", "qwen2", "bert", "t5_encoder", "vit", "resnet18", "deit_tiny", "convnext_atto"]
+MODELS = ["gpt2", "llama", "qwen2", "bert", "t5_encoder", "vit", "resnet18", "deit_tiny", "convnext_atto",
+          "whisper_encoder", "swin_t", "densenet121"]  # (the last three from the "more" set: 1-D convs, windows, concats)
 # (model, mode) -> why it falls back, for a strict xfail; none now
 KNOWN_FALLBACKS: dict = {}
 
