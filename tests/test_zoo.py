@@ -63,3 +63,21 @@ def test_zoo_table():
   y = torch.nn.functional.layer_norm(torch.randn(2, 8, 16), (16,)).requires_grad_()
   zoo.loss_of(y).backward()
   assert y.grad.abs().max() > 1e-3
+
+
+def test_float64_check_tells_rounding_from_error():
+  """bench_zoo.py's check where a backend and eager disagree: a result rounded from a float64 run is no farther from
+  float64 than eager's (closer), one with an error in a gradient is farther."""
+  import os, sys
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+  import bench_zoo
+  model, inputs = zoo.build("resnet18", "tiny")
+  eager = bench_zoo.detached(bench_zoo.make_call("train", model, inputs)())
+  model, inputs = zoo.build("resnet18", "tiny")
+  out, grads = bench_zoo.make_call("train", model.double(), tuple(x.double() for x in inputs))()
+  rounded = (out.float(), {n: g.float() for n, g in grads.items()})
+  assert bench_zoo.float64_check("resnet18", "train", "tiny", rounded, eager)["closer"]
+  name = next(iter(eager[1]))
+  wrong = (eager[0], {**eager[1], name: eager[1][name] * 1.01})
+  check = bench_zoo.float64_check("resnet18", "train", "tiny", wrong, eager)
+  assert not check["closer"] and check["backend_at"] == name and check["backend"] > check["eager"]
