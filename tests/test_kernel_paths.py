@@ -594,6 +594,22 @@ def test_attention_backward_blocks_run_in_turn(monkeypatch):
   assert graphs[-1].plan.arena_bytes <= 4 * block_bytes + 2 * len(rows) * share_bytes
 
 
+def test_attention_backward_sums_key_shares_as_they_come(monkeypatch):
+  """With many blocks, the backward's shares of dk and dv are summed in groups as they come (nn.SHARE_SUM_GROUP), so
+  a few of them are alive at a time, not one per block: 32 blocks here, 0.70 MB of arena against 2.27 MB when every
+  share lived to the end (a UNet at 64x64 latents: 128 blocks, 512 MB of shares)."""
+  from torch_uop.lowering import nn as lnn
+  b, h, l, d = 1, 2, 512, 8
+  monkeypatch.setattr(lnn, "ATTENTION_BLOCK_MIN", 8)
+  monkeypatch.setattr(lnn, "ATTENTION_BLOCK_BYTES", b * h * l * 4 * 16)  # blocks of 16 rows
+  torch.manual_seed(0)
+  q, k, v = (torch.randn(b, h, l, d, requires_grad=True) for _ in range(3))
+  graphs = _attention_matches_eager(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
+  block_bytes, share_bytes = b * h * 16 * l * 4, b * h * d * l * 4
+  assert len(lnn._blocks((b, h), l, l)) == 32
+  assert graphs[-1].plan.arena_bytes <= 4 * block_bytes + 4 * lnn.SHARE_SUM_GROUP * share_bytes
+
+
 def _attention_matches_eager(fn, q, k, v) -> list:
   """Compile fn, check its output and the gradients of q, k, v against eager (no fallback); the graphs compiled."""
   torch._dynamo.reset()

@@ -308,6 +308,22 @@ def sdpa_flash_cpu(ctx, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None,
   return concat(outs, -2), concat(lses, -1)
 
 
+# The attention backward's shares of dk and dv (one per block of query rows) are summed in groups of this many, each
+# group's sum written out as soon as its shares exist, then the sums the same way: the scheduler runs each sum right
+# after its last share and frees the shares (core/schedule.py _freeing_first_order). Summed after the last block, all
+# of them were alive at once: the UNet's 4096-token attention at 64x64 latents has 128 blocks, whose shares held
+# 512 MB (a training step's peak 742 MB, eager's 330).
+SHARE_SUM_GROUP = 4
+
+
+def _summed_as_they_come(parts: list) -> LT:
+  """The sum of `parts` (in order), as a tree of sums of SHARE_SUM_GROUP, each but the last written out."""
+  while len(parts) > SHARE_SUM_GROUP:
+    groups = [parts[i:i + SHARE_SUM_GROUP] for i in range(0, len(parts), SHARE_SUM_GROUP)]
+    parts = [functools.reduce(operator.add, g).contiguous() if len(g) > 1 else g[0] for g in groups]
+  return functools.reduce(operator.add, parts)
+
+
 @register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def sdpa_flash_cpu_backward(ctx, grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, attn_mask=None, scale=None):
   """Attention backward from the saved output and row log-sum-exp (the flash-attention identities), in one pass over
@@ -338,13 +354,13 @@ def sdpa_flash_cpu_backward(ctx, grad_out, q, k, v, out, logsumexp, dropout_p, i
     dp = matmul(dob, v.transpose(-1, -2))
     ds = p * (dp - delta.slice(-2, *rows).broadcast_to(dp.shape)) * scale  # the scores' gradient times the scale
     dq.append(matmul(ds, k).cast(ctx.dtype_of(0)))
-    # each block's share of dk and dv is a product of its own, summed after the last block (added in each product's
+    # each block's share of dk and dv is a product of its own, summed in groups as they come (added in each product's
     # epilogue instead, the running sum's loads disturb LLVM's vectorization of the tile). Where the keys fill whole
     # vectors the shares are computed transposed (do^T p, q^T ds), SIMD along the keys, reading the block's
     # probabilities row-major where p^T @ do would read them down their columns or copy them transposed first
     dv_parts.append(share(p, dob))
     dk_parts.append(share(ds, qb))
-  dk, dv = (functools.reduce(operator.add, parts) for parts in (dk_parts, dv_parts))
+  dk, dv = _summed_as_they_come(dk_parts), _summed_as_they_come(dv_parts)
   if keys_transposed: dk, dv = dk.transpose(-1, -2), dv.transpose(-1, -2)
   return concat(dq, -2), dk.cast(ctx.dtype_of(1)), dv.cast(ctx.dtype_of(2))
 
