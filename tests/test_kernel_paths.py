@@ -575,23 +575,28 @@ def test_concat_of_many_parts_joins_as_a_tree(sizes):
   assert len(sizes) > movement.CONCAT_MAX_PARTS and max(loads) <= 2 * movement.CONCAT_MAX_PARTS  # (a part and its scale)
 
 
+def _blocked_backward(monkeypatch, length: int, block_rows: int, d: int = 8) -> tuple:
+  """Attention over 1x2 heads of `length` tokens in blocks of `block_rows` query rows, checked against eager: (the
+  backward graph, the blocks, a block's scores bytes, a share's bytes)."""
+  from torch_uop.lowering import nn as lnn
+  b, h = 1, 2
+  monkeypatch.setattr(lnn, "ATTENTION_BLOCK_MIN", 8)
+  monkeypatch.setattr(lnn, "ATTENTION_BLOCK_BYTES", b * h * length * 4 * block_rows)
+  torch.manual_seed(0)
+  q, k, v = (torch.randn(b, h, length, d, requires_grad=True) for _ in range(3))
+  graphs = _attention_matches_eager(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
+  return graphs[-1], lnn._blocks((b, h), length, length), b * h * block_rows * length * 4, b * h * d * length * 4
+
+
 def test_attention_backward_blocks_run_in_turn(monkeypatch):
   """The scheduler runs each backward block's products right after its probabilities (core/schedule.py
   _freeing_first_order), so the arena holds a few blocks' scores at a time, not every block's: in graph order the
   products of dk and dv would all run after the last block, with each block's probabilities and score gradients
   alive until then (1.06 MiB of arena here, against 0.39 MiB)."""
-  from torch_uop.lowering import nn as lnn
-  b, h, l, d = 1, 2, 256, 8
-  monkeypatch.setattr(lnn, "ATTENTION_BLOCK_MIN", 8)
-  monkeypatch.setattr(lnn, "ATTENTION_BLOCK_BYTES", b * h * l * 4 * 32)  # blocks of 32 rows
-  torch.manual_seed(0)
-  q, k, v = (torch.randn(b, h, l, d, requires_grad=True) for _ in range(3))
-  graphs = _attention_matches_eager(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
-  rows = lnn._blocks((b, h), l, l)
-  block_bytes, share_bytes = b * h * 32 * l * 4, b * h * d * l * 4
+  backward, rows, block_bytes, share_bytes = _blocked_backward(monkeypatch, 256, 32)
   assert len(rows) == 8
-  # every block's shares of dk and dv live to the end; of the scores-sized buffers, only the current block's few
-  assert graphs[-1].plan.arena_bytes <= 4 * block_bytes + 2 * len(rows) * share_bytes
+  # of the scores-sized buffers, only the current block's few (and at most every block's shares of dk and dv)
+  assert backward.plan.arena_bytes <= 4 * block_bytes + 2 * len(rows) * share_bytes
 
 
 def test_attention_backward_sums_key_shares_as_they_come(monkeypatch):
@@ -599,15 +604,9 @@ def test_attention_backward_sums_key_shares_as_they_come(monkeypatch):
   a few of them are alive at a time, not one per block: 32 blocks here, 0.70 MB of arena against 2.27 MB when every
   share lived to the end (a UNet at 64x64 latents: 128 blocks, 512 MB of shares)."""
   from torch_uop.lowering import nn as lnn
-  b, h, l, d = 1, 2, 512, 8
-  monkeypatch.setattr(lnn, "ATTENTION_BLOCK_MIN", 8)
-  monkeypatch.setattr(lnn, "ATTENTION_BLOCK_BYTES", b * h * l * 4 * 16)  # blocks of 16 rows
-  torch.manual_seed(0)
-  q, k, v = (torch.randn(b, h, l, d, requires_grad=True) for _ in range(3))
-  graphs = _attention_matches_eager(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
-  block_bytes, share_bytes = b * h * 16 * l * 4, b * h * d * l * 4
-  assert len(lnn._blocks((b, h), l, l)) == 32
-  assert graphs[-1].plan.arena_bytes <= 4 * block_bytes + 4 * lnn.SHARE_SUM_GROUP * share_bytes
+  backward, rows, block_bytes, share_bytes = _blocked_backward(monkeypatch, 512, 16)
+  assert len(rows) == 32
+  assert backward.plan.arena_bytes <= 4 * block_bytes + 4 * lnn.SHARE_SUM_GROUP * share_bytes
 
 
 def _attention_matches_eager(fn, q, k, v) -> list:
