@@ -173,6 +173,11 @@ def _one_row(t: LT) -> LT:
   return t.reshape((t.shape[0], t.shape[1], 1, t.shape[2]))
 
 
+def _without_row(t: LT | None) -> LT | None:
+  """The single-row 2-D result ([N, C, 1, L]) of a 1-D convolution as the 1-D one's [N, C, L] (None stays None)."""
+  return None if t is None else t.reshape((t.shape[0], t.shape[1], t.shape[3]))
+
+
 def _one_row_params(stride, padding, dilation, output_padding=(0,)) -> tuple:
   """A 1-D convolution's stride, padding, dilation and output padding (one value each) as those of a single-row 2-D
   convolution: the row axis has stride 1, no padding, dilation 1, no output padding."""
@@ -187,8 +192,7 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   acc = compute_dtype(x.dtype)
   stride, padding, dilation = (tuple(v) * (nd if len(v) == 1 else 1) for v in (stride, padding, dilation))
   if nd == 1:  # a 1-D convolution is a 2-D one over a single row, so the 2-D paths below apply to it
-    out = conv(_one_row(x), _one_row(w), *_one_row_params(stride, padding, dilation)[:3], groups)
-    return out.reshape((out.shape[0], out.shape[1], out.shape[3]))
+    return _without_row(conv(_one_row(x), _one_row(w), *_one_row_params(stride, padding, dilation)[:3], groups))
   if nd == 2 and not any(map(is_sym, x.shape)):
     xa, wa = x.cast(acc), w.cast(acc)
     out = _patch_conv(xa, wa, stride, padding, dilation, groups)
@@ -490,8 +494,7 @@ def convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation,
     stride, padding, dilation, output_padding = _one_row_params(stride, padding, dilation, output_padding)
     dx, dw, db = convolution_backward(ctx, _one_row(grad), _one_row(x), _one_row(w), bias_sizes, stride, padding,
                                       dilation, transposed, output_padding, groups, output_mask)
-    squeeze = lambda t: None if t is None else t.reshape((t.shape[0], t.shape[1], t.shape[3]))
-    return squeeze(dx), squeeze(dw), db
+    return _without_row(dx), _without_row(dw), db
   nd = x.ndim - 2
   acc = compute_dtype(x.dtype)
   g = grad.cast(acc)

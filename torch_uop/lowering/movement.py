@@ -84,6 +84,16 @@ CONCAT_MAX_PARTS = 4
 CONCAT_TREE_MIN_ELEMENTS = 1 << 16
 
 
+def joined_in_groups(parts: list, group: int, join) -> list:
+  """`parts` joined `group` at a time by `join` (a list of LTs -> LT), each group's result written out, then those
+  results the same way, until at most `group` are left; a group of one is left as it is. The caller joins what is
+  left: a tree whose every kernel reads at most `group` parts."""
+  while len(parts) > group:
+    groups = [parts[i:i + group] for i in range(0, len(parts), group)]
+    parts = [join(g).contiguous() if len(g) > 1 else g[0] for g in groups]
+  return parts
+
+
 def concat(parts: list, dim: int) -> LT:
   """The tensors joined along `dim` (same dtype, same other sizes): each padded into place and selected where it lies.
   The selects nest with the first part outermost, so a graph walk reaches the parts in order (the scheduler keeps
@@ -92,8 +102,7 @@ def concat(parts: list, dim: int) -> LT:
   if len(parts) == 1: return parts[0]
   dim %= parts[0].ndim
   if len(parts) > CONCAT_MAX_PARTS and math.prod(hint(x) for x in parts[0].shape) * len(parts) >= CONCAT_TREE_MIN_ELEMENTS:
-    groups = [parts[i:i + CONCAT_MAX_PARTS] for i in range(0, len(parts), CONCAT_MAX_PARTS)]
-    return concat([concat(g, dim).contiguous() if len(g) > 1 else g[0] for g in groups], dim)
+    parts = joined_in_groups(parts, CONCAT_MAX_PARTS, lambda g: concat(g, dim))
   total = sum(t.shape[dim] for t in parts)
   offsets = [0]
   for t in parts[:-1]: offsets.append(offsets[-1] + t.shape[dim])

@@ -18,7 +18,7 @@ from torch_uop.core.uop import Ops
 from torch_uop.core.dtypes import dtypes
 from torch_uop.lowering.registry import register, Unsupported
 from torch_uop.lowering.tensor import LT, compute_dtype
-from torch_uop.lowering.movement import concat
+from torch_uop.lowering.movement import concat, joined_in_groups
 from torch_uop.core.sym import is_sym
 from torch_uop.core.opt import VECTOR_UPCAST
 from torch_uop.lowering.linalg import matmul
@@ -318,10 +318,8 @@ SHARE_SUM_GROUP = 4
 
 def _summed_as_they_come(parts: list) -> LT:
   """The sum of `parts` (in order), as a tree of sums of SHARE_SUM_GROUP, each but the last written out."""
-  while len(parts) > SHARE_SUM_GROUP:
-    groups = [parts[i:i + SHARE_SUM_GROUP] for i in range(0, len(parts), SHARE_SUM_GROUP)]
-    parts = [functools.reduce(operator.add, g).contiguous() if len(g) > 1 else g[0] for g in groups]
-  return functools.reduce(operator.add, parts)
+  def total(group): return functools.reduce(operator.add, group)
+  return total(joined_in_groups(parts, SHARE_SUM_GROUP, total))
 
 
 @register(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)

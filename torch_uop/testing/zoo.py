@@ -290,10 +290,10 @@ def _gemma(size):
   return GemmaModel(cfg), (_tokens(cfg.vocab_size, size),)
 
 
-def _torchvision(name: str, real_px: int = 224, tiny: dict | None = None):
+def _torchvision(name: str, real_px: int = 224):
   def build(size):
     models = import_torchvision().models
-    return getattr(models, name)(**({} if size == "real" else dict(num_classes=10, **(tiny or {})))), (_image(size, real_px),)
+    return getattr(models, name)(**({} if size == "real" else dict(num_classes=10))), (_image(size, real_px),)
   return build
 
 
