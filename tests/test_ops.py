@@ -912,6 +912,29 @@ def test_conv_transpose1d_grad(kw):
   check_grads_against_eager(lambda x, w: F.conv_transpose1d(x, w, **kw), x, w, **GRAD_TOL)
 
 
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=1), dict(stride=(1, 2, 2), padding=(1, 3, 3)),
+                                dict(stride=(2, 1, 2), dilation=(2, 1, 1), padding=(2, 1, 0)), dict(groups=4, padding=1),
+                                dict(groups=16, padding=(0, 1, 1))])
+def test_conv3d_grad(kw):
+  """A 3-D convolution runs as a 2-D one over its depth taps as channels, its input gradient folded back onto the
+  depth planes: at channel counts and sizes where the 2-D paths (rows, phases, im2col) take it, with strides,
+  dilation and padding in depth, and groups, forward and both gradients match eager."""
+  g = kw.get("groups", 1)
+  stem = kw.get("padding") == (1, 3, 3)  # a video model's stem: 3 channels, 3x7x7 taps
+  x = make((2, 3 if stem else 16, 6, 20, 18)).requires_grad_()
+  w = make((16, x.shape[1] // g, *((3, 7, 7) if stem else (3, 3, 3)))).requires_grad_()
+  b = make((16,)).requires_grad_()
+  # the stem sums 441 products per output (values around 20): float32 rounding reaches 1e-4 there
+  check_grads_against_eager(lambda x, w, b: F.conv3d(x, w, b, **kw), x, w, b, **(dict(rtol=1e-4, atol=1e-3) if stem else GRAD_TOL))
+
+
+@pytest.mark.parametrize("kw", [dict(stride=2, padding=1), dict(stride=(1, 2, 2), output_padding=(0, 1, 1))])
+def test_conv_transpose3d_grad(kw):
+  x = make((1, 16, 4, 9, 9)).requires_grad_()
+  w = make((16, 8, 3, 3, 3)).requires_grad_()
+  check_grads_against_eager(lambda x, w: F.conv_transpose3d(x, w, **kw), x, w, **GRAD_TOL)
+
+
 @pytest.mark.parametrize("in_shape", [(5, 7), (2, 3, 7)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_grad(in_shape, bias):

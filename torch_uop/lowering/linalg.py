@@ -4,12 +4,15 @@ A matmul is a broadcast multiply reduced over K: `a[M,1,K] * b[1,N,K]`, summed o
 into panels or along N where that gives the register tiles a better SIMD axis).
 A 2-D convolution is, by the first that applies: one GEMM over patches (kernel = stride, no padding); an im2col
 GEMM (a dense strided one whose phases would add more than PHASE_MAX_WASTE taps); a stride-1 convolution over
-padded rows (strided ones over their s*s phases). Otherwise, and in 1-D and 3-D, it is the window view: the
-padded input seen as `[N, G, 1, Cg, *out, *kernel]` through `as_strided` (no copy) times the weight
-`[1, G, Og, Cg, 1.., *kernel]`, summed over `(Cg, *kernel)`. The input gradient of a strided 2-D convolution is a
-stride-1 convolution per phase; otherwise, and for transposed convolution, a convolution of the zero-stuffed input
-with the flipped, transposed weight. The weight gradient reduces over padded rows or im2col rows, or the window
-view times the output gradient, summed over batch and output positions.
+padded rows (strided ones over their s*s phases). A 1-D convolution is a 2-D one over a single row; a 3-D one is a
+2-D one over N*OD images whose channels are the input's channels times the depth taps (each output depth's input
+planes written out side by side), so both take those paths, in forward and backward. Otherwise (symbolic sizes,
+few channels) it is the window view: the padded input seen as `[N, G, 1, Cg, *out, *kernel]` through `as_strided`
+(no copy) times the weight `[1, G, Og, Cg, 1.., *kernel]`, summed over `(Cg, *kernel)`. The input gradient of a
+strided 2-D convolution is a stride-1 convolution per phase; otherwise, and for transposed convolution, a
+convolution of the zero-stuffed input with the flipped, transposed weight; a 3-D one's is the 2-D one's summed back
+onto the depth planes. The weight gradient reduces over padded rows or im2col rows, or the window view times the
+output gradient, summed over batch and output positions.
 """
 from __future__ import annotations
 import math
@@ -184,6 +187,59 @@ def _one_row_params(stride, padding, dilation, output_padding=(0,)) -> tuple:
   return tuple((neutral, *v) for neutral, v in zip((1, 0, 1, 0), (stride, padding, dilation, output_padding)))
 
 
+def _depth_as_channels(x: LT, kd: int, sd: int, pd: int, dd: int) -> tuple[LT, int]:
+  """A 3-D convolution's input [N, C, D, H, W] as the input of a 2-D one, [N*OD, C*kd, H, W], and OD: image
+  (n, t) holds as channel (c, a) the plane that output depth t reads with depth tap a, t*sd + a*dd - pd of channel
+  c (zeros past the ends). The 2-D convolution of that with the weight [O, Cg*kd, kh, kw] (its depth taps as
+  channels, _depth_taps_as_channels) is the 3-D one, each group's channels still side by side: so 3-D convolutions
+  take the 2-D paths (GEMMs over rows, phases, im2col) at the cost of writing the kd-fold input out (its copy loops
+  over [N, OD, C, kd, H, W] with affine indices, no masks or divisions, so it runs at copy speed)."""
+  n, c, d, h, wd = x.shape
+  od = (d + 2 * pd - dd * (kd - 1) - 1) // sd + 1
+  if od <= 0: raise Unsupported("empty convolution output")
+  if pd: x = x.pad([(0, 0), (0, 0), (pd, pd), (0, 0), (0, 0)]).contiguous()
+  dp, plane = d + 2 * pd, h * wd
+  taps = x.as_strided((n, od, c, kd, h, wd), (c * dp * plane, sd * plane, dp * plane, dd * plane, wd, 1))
+  return taps.contiguous().reshape((n * od, c * kd, h, wd)), od
+
+
+def _depth_taps_as_channels(w: LT) -> LT:
+  """A 3-D weight [O, Cg, kd, kh, kw] as the 2-D one over _depth_as_channels's input: [O, Cg*kd, kh, kw]."""
+  o, cg, kd, kh, kw = w.shape
+  return w.reshape((o, cg * kd, kh, kw))
+
+
+def _depth_from_batch(t: LT, n: int, od: int) -> LT:
+  """A result over the N*OD images of _depth_as_channels, [N*OD, C, H, W], as the 3-D [N, C, OD, H, W]."""
+  return t.reshape((n, od, *t.shape[1:])).permute((0, 2, 1, 3, 4))
+
+
+def _depth_to_batch(t: LT) -> LT:
+  """A 3-D convolution's output (or its gradient) [N, O, OD, OH, OW] as the 2-D one's over _depth_as_channels's
+  images, [N*OD, O, OH, OW]: the inverse of _depth_from_batch."""
+  n, o, od, oh, ow = t.shape
+  return t.permute((0, 2, 1, 3, 4)).reshape((n * od, o, oh, ow))
+
+
+def _depth_fold(t: LT, n: int, d: int, kd: int, sd: int, pd: int, dd: int) -> LT:
+  """The gradient of _depth_as_channels: t [N*OD, C*kd, H, W] summed back onto the planes its channels came from,
+  [N, C, D, H, W]: channel (c, a) of image (n, t) adds to plane t*sd + a*dd - pd of channel c."""
+  nod, ckd, h, wd = t.shape
+  od, c = nod // n, ckd // kd
+  span = (od - 1) * sd + 1
+  dp = d + 2 * pd
+  taps = t.reshape((n, od, c, kd, h, wd))
+  out = None
+  for a in range(kd):
+    plane = taps.shrink(((0, n), (0, od), (0, c), (a, a + 1), (0, h), (0, wd))).reshape((n, od, c, h, wd)).permute((0, 2, 1, 3, 4))
+    if sd > 1:  # plane t lands at t*sd: sd - 1 zero planes between
+      plane = plane.reshape((n, c, od, 1, h, wd)).pad([(0, 0), (0, 0), (0, 0), (0, sd - 1), (0, 0), (0, 0)])
+      plane = plane.reshape((n, c, od * sd, h, wd)).shrink(((0, n), (0, c), (0, span), (0, h), (0, wd)))
+    plane = plane.pad([(0, 0), (0, 0), (a * dd, dp - a * dd - span), (0, 0), (0, 0)])
+    out = plane if out is None else out + plane
+  return out.shrink(((0, n), (0, c), (pd, pd + d), (0, h), (0, wd)))
+
+
 def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   """Direct convolution: x [N, C, *sp], w [O, C/groups, *k] -> [N, O, *out] in the accumulation dtype."""
   nd = x.ndim - 2
@@ -193,6 +249,10 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   stride, padding, dilation = (tuple(v) * (nd if len(v) == 1 else 1) for v in (stride, padding, dilation))
   if nd == 1:  # a 1-D convolution is a 2-D one over a single row, so the 2-D paths below apply to it
     return _without_row(conv(_one_row(x), _one_row(w), *_one_row_params(stride, padding, dilation)[:3], groups))
+  if nd == 3 and not any(map(is_sym, x.shape)):  # a 3-D one is a 2-D one over its depth taps (_depth_as_channels)
+    xc, od = _depth_as_channels(x, k[0], stride[0], padding[0], dilation[0])
+    out = conv(xc, _depth_taps_as_channels(w), stride[1:], padding[1:], dilation[1:], groups)   # [N*OD, O, OH, OW]
+    return _depth_from_batch(out, n, od)
   if nd == 2 and not any(map(is_sym, x.shape)):
     xa, wa = x.cast(acc), w.cast(acc)
     out = _patch_conv(xa, wa, stride, padding, dilation, groups)
@@ -390,6 +450,12 @@ def _conv_weight_grad(x: LT, g: LT, kernel: tuple, stride, padding, dilation, gr
   vectors), so the reduction over pixels is a GEMM whose SIMD axis runs along those rows (g's values broadcast,
   8 output channels per register tile)."""
   nd = x.ndim - 2
+  if nd == 3 and not any(map(is_sym, (*x.shape, *g.shape))):  # the 2-D one over the depth taps as channels
+    o, kd = g.shape[1], kernel[0]
+    xc, _ = _depth_as_channels(x, kd, stride[0], padding[0], dilation[0])
+    g2 = _indexable(_depth_to_batch(g))
+    dw = _conv_weight_grad(xc, g2, tuple(kernel[1:]), stride[1:], padding[1:], dilation[1:], groups)
+    return dw.reshape((o, x.shape[1] // groups, *kernel))
   n, c, *_ = x.shape
   o = g.shape[1]
   cg, og = c // groups, o // groups
@@ -487,6 +553,24 @@ def _strided_input_grad(g: LT, w: LT, size: tuple, stride: tuple, padding: tuple
   return full.shrink([(0, n), (0, c), (ph, ph + size[0]), (pw, pw + size[1])])
 
 
+def _conv_input_grad(g: LT, w: LT, size: tuple, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> LT:
+  """d(conv(x, w))/dx for the output gradient g: [N, C, *size]. A 3-D one is the 2-D input gradient over the depth
+  taps (_depth_as_channels), folded back onto the depth planes; a strided 2-D one runs phase by phase
+  (_strided_input_grad); otherwise it is the transposed convolution of g, output_padding recovering the rows the
+  stride dropped."""
+  if g.ndim == 5 and not any(map(is_sym, (*g.shape, *size))):
+    n, _, od = g.shape[:3]
+    dxc = _conv_input_grad(_depth_to_batch(g), _depth_taps_as_channels(w), size[1:], stride[1:], padding[1:],
+                           dilation[1:], groups)                                   # [N*OD, C*kd, H, W]
+    return _depth_fold(dxc, n, size[0], w.shape[2], stride[0], padding[0], dilation[0])
+  dx = _strided_input_grad(g, w, size, stride, padding, dilation, groups)
+  if dx is not None: return dx
+  k = w.shape[2:]
+  out_pad = tuple(s + 2 * p - d * (kk - 1) - 1 - (o - 1) * st
+                  for s, p, d, kk, o, st in zip(size, padding, dilation, k, g.shape[2:], stride))
+  return conv_transpose(g, w, stride, padding, dilation, out_pad, groups)
+
+
 @register(aten.convolution_backward.default)
 def convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
                          output_mask):
@@ -508,13 +592,8 @@ def convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation,
       grad_weight = _conv_weight_grad(g, x.cast(acc), k, stride, padding, dilation, groups).cast(ctx.dtype_of(1))
   else:
     if output_mask[0]:
-      # the input gradient is a transposed convolution of grad; output_padding recovers rows the stride dropped
-      sp = x.shape[2:]
-      out_pad = tuple(s + 2 * p - d * (kk - 1) - 1 - (o - 1) * st
-                      for s, p, d, kk, o, st in zip(sp, padding, dilation, k, grad.shape[2:], stride))
-      dx = _strided_input_grad(g, w.cast(acc), tuple(sp), tuple(stride), tuple(padding), tuple(dilation), groups)
-      if dx is None: dx = conv_transpose(g, w, stride, padding, dilation, out_pad, groups)
-      grad_input = dx.cast(ctx.dtype_of(0))
+      grad_input = _conv_input_grad(g, w.cast(acc), tuple(x.shape[2:]), tuple(stride), tuple(padding), tuple(dilation),
+                                    groups).cast(ctx.dtype_of(0))
     if output_mask[1]:
       grad_weight = _conv_weight_grad(x.cast(acc), g, k, stride, padding, dilation, groups).cast(ctx.dtype_of(1))
   if output_mask[2]:

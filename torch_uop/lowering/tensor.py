@@ -256,7 +256,13 @@ class LT:
            *[s.broadcast_to(shape).uop for s in init], *[n.uop for n in nxt])
     return [LT(UOp(Ops.LOOP, s.dtype, src, (tag, i))) for i, s in enumerate(init)]
 
-  def contiguous(self) -> LT: return LT(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def contiguous(self) -> LT:
+    # a buffer already written out for this graph, read in order, needs no second copy (a 3-D convolution's taps
+    # written out, then padded by no pixels for the 2-D path's own copy)
+    u = self.uop
+    if u.op is Ops.VIEW and u.arg.is_contiguous: u = u.src[0]
+    if u.op is Ops.CONTIGUOUS and u.arg != STAGED: return self
+    return LT(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
   def staged(self) -> LT:
     """A contiguous copy made inside the kernel that reads it, never in memory of its own: for each index of dim 0
