@@ -77,13 +77,13 @@ def test_conv_rows_path_is_taken(monkeypatch):
   """The dense, strided (5x5 at stride 3: its phases add 1.44x the taps) and depthwise cases above run through the
   padded-rows kernel (not the direct window); a dense 3x3 at stride 2 (phases: 16 taps for 9) is an im2col GEMM."""
   calls, im2col = [], []
-  real, real_im2col = linalg._row_major_conv, linalg._strided_im2col_conv
+  real, real_im2col = linalg._row_major_conv, linalg._im2col_conv
   monkeypatch.setattr(linalg, "_row_major_conv", lambda *a: calls.append(a[1].shape) or real(*a))
   def spy_im2col(*a):
     out = real_im2col(*a)
     if out is not None: im2col.append(a[1].shape)
     return out
-  monkeypatch.setattr(linalg, "_strided_im2col_conv", spy_im2col)
+  monkeypatch.setattr(linalg, "_im2col_conv", spy_im2col)
   for case in (CONV_CASES[1], CONV_CASES[4], CONV_CASES[5], CONV_CASES[9]):
     x, w, b, conv = _conv(case)
     torch._dynamo.reset()

@@ -928,6 +928,19 @@ def test_conv3d_grad(kw):
   check_grads_against_eager(lambda x, w, b: F.conv3d(x, w, b, **kw), x, w, b, **(dict(rtol=1e-4, atol=1e-3) if stem else GRAD_TOL))
 
 
+@pytest.mark.parametrize("size,kw", [((16, 17), dict(padding=24, dilation=24)), ((16, 16), dict(padding=12, dilation=12)),
+                                     ((6, 7), dict(padding=(4, 1), dilation=(5, 1))), ((4, 9), dict(stride=2, padding=5, dilation=5)),
+                                     ((9, 10), dict(stride=2, padding=(8, 1), dilation=(7, 1)))])
+def test_dilated_conv_grad(size, kw):
+  """Dilated convolutions whose edge taps read only padding (DeepLab's ASPP rates over a small map: the kernel is cut
+  to the taps that read the input, the input cropped where they stop short of it) and whose padded rows are much
+  wider than the output (an im2col GEMM instead): forward and both gradients match eager."""
+  x = make((2, 16, *size)).requires_grad_()
+  w = make((8, 16, 3, 3)).requires_grad_()
+  b = make((8,)).requires_grad_()
+  check_grads_against_eager(lambda x, w, b: F.conv2d(x, w, b, **kw), x, w, b, **GRAD_TOL)
+
+
 @pytest.mark.parametrize("kw", [dict(stride=2, padding=1), dict(stride=(1, 2, 2), output_padding=(0, 1, 1))])
 def test_conv_transpose3d_grad(kw):
   x = make((1, 16, 4, 9, 9)).requires_grad_()

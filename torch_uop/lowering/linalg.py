@@ -16,6 +16,7 @@ output gradient, summed over batch and output positions.
 """
 from __future__ import annotations
 import math
+from typing import NamedTuple
 import torch
 from torch_uop.core.uop import Ops
 from torch_uop.lowering.registry import register, Unsupported
@@ -240,6 +241,44 @@ def _depth_fold(t: LT, n: int, d: int, kd: int, sd: int, pd: int, dd: int) -> LT
   return out.shrink(((0, n), (0, c), (pd, pd + d), (0, h), (0, wd)))
 
 
+class LiveTaps(NamedTuple):
+  """The kernel taps of a 2-D convolution that read the input: taps[i] = (first, end) along spatial dim i; the input
+  padded by in_pads[i] = (before, after) (negative: cropped) to line up with them; padding: what the convolution
+  over the cut kernel and that input takes ((0, 0) where the input is padded explicitly)."""
+  taps: tuple
+  in_pads: tuple
+  padding: tuple
+
+
+def _live_taps(size: tuple, kernel: tuple, stride: tuple, padding: tuple, dilation: tuple) -> LiveTaps | None:
+  """The taps that read at least one input pixel for some output position, where the kernel's edge taps read only
+  padding (a dilated 3x3 of rate 24 over a 16x16 map, DeepLab's ASPP: its centre tap alone reads the map); None
+  where every tap reads the input (or none does: the output is the bias, left to the general path)."""
+  taps, pads = [], []
+  for s, k, st, p, d in zip(size, kernel, stride, padding, dilation):
+    o = (s + 2 * p - d * (k - 1) - 1) // st + 1
+    if o <= 0: return None
+    # tap j reads i*st + j*d - p at output i: live if the first of those at or past 0 is below s
+    live = [j for j in range(k) if (i0 := max(0, -(-(p - j * d) // st))) < o and i0 * st + j * d - p < s]
+    if not live: return None
+    first, end = live[0], live[-1] + 1
+    # the input as the cut kernel reads it: padded (negative: cropped) so the first output's first live tap reads
+    # its start and the last output's last live tap its end
+    pads.append((p - first * d, (o - 1) * st + (end - 1) * d - p - (s - 1)))
+    taps.append((first, end))
+  if all(t == (0, k) for t, k in zip(taps, kernel)): return None
+  if all(b == a >= 0 for b, a in pads): return LiveTaps(tuple(taps), ((0, 0),) * len(size), tuple(b for b, _ in pads))
+  return LiveTaps(tuple(taps), tuple(pads), (0,) * len(size))
+
+
+def _cut_to_live_taps(x: LT, w: LT, live: LiveTaps) -> tuple[LT, LT]:
+  """(x, w) of the convolution over live's taps: the kernel cut, the input padded or cropped to match (written out,
+  so the convolution reads it through affine indices)."""
+  w = w.shrink(((0, w.shape[0]), (0, w.shape[1]), *live.taps))
+  if any(b or a for b, a in live.in_pads): x = x.pad([(0, 0), (0, 0), *live.in_pads]).contiguous()
+  return x, w
+
+
 def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   """Direct convolution: x [N, C, *sp], w [O, C/groups, *k] -> [N, O, *out] in the accumulation dtype."""
   nd = x.ndim - 2
@@ -254,9 +293,12 @@ def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
     out = conv(xc, _depth_taps_as_channels(w), stride[1:], padding[1:], dilation[1:], groups)   # [N*OD, O, OH, OW]
     return _depth_from_batch(out, n, od)
   if nd == 2 and not any(map(is_sym, x.shape)):
+    live = _live_taps(tuple(sp), tuple(k), stride, padding, dilation)
+    if live is not None:  # the kernel's edge taps read only padding: the convolution over the others is the same
+      return conv(*_cut_to_live_taps(x, w, live), stride, live.padding, dilation, groups)
     xa, wa = x.cast(acc), w.cast(acc)
     out = _patch_conv(xa, wa, stride, padding, dilation, groups)
-    if out is None: out = _strided_im2col_conv(xa, wa, stride, padding, dilation, groups)
+    if out is None: out = _im2col_conv(xa, wa, stride, padding, dilation, groups)
     if out is None: out = _conv2d_over_rows(xa, wa, stride, padding, dilation, groups)
     if out is not None: return out
   x = _padded(x.cast(acc), padding)
@@ -299,18 +341,22 @@ def _phase_taps(kernel: tuple, stride: tuple) -> int:
   return 1 if (kh, kw) == (1, 1) else -(-kh // sh) * sh * -(-kw // sw) * sw
 
 
-def _strided_im2col_conv(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> LT | None:
-  """A dense strided convolution whose phases would waste more than PHASE_MAX_WASTE (3x3 at stride 2: 16 taps for
-  9, ResNet's downsampling 3x3s) as one GEMM per image over its windows written out as columns (im2col): out[o, p]
-  = sum over t of w[o, t] * cols[p, t], both contiguous along the taps t and the result already in NCHW order.
-  None otherwise (stride 1, groups, dilation, fewer than WGRAD_GEMM_MIN_TAPS taps)."""
+def _im2col_conv(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> LT | None:
+  """A dense convolution that the padded-rows kernel would run with more than PHASE_MAX_WASTE times its work, as
+  one GEMM per image over its windows written out as columns (im2col): out[o, p] = sum over t of w[o, t] *
+  cols[p, t], both contiguous along the taps t and the result already in NCHW order. That is a strided one whose
+  phases add taps (3x3 at stride 2: 16 for 9, ResNet's downsampling 3x3s) or that is dilated (no phases), and a
+  stride-1 one whose padded rows are much wider than its output's (a dilated 3x3 of rate 12 over a 16x16 map, DeepLab's
+  ASPP: 40 columns computed for 16). None otherwise (groups, fewer than WGRAD_GEMM_MIN_TAPS taps)."""
   n, c, h, wd = x.shape
   o, cg, kh, kw = w.shape
   taps = cg * kh * kw
-  if stride == (1, 1) or groups != 1 or dilation != (1, 1) or taps < WGRAD_GEMM_MIN_TAPS: return None
-  if _phase_taps((kh, kw), stride) <= PHASE_MAX_WASTE * kh * kw: return None
-  oh, ow = ((s + 2 * p - k) // st + 1 for s, p, k, st in zip((h, wd), padding, (kh, kw), stride))
+  if groups != 1 or taps < WGRAD_GEMM_MIN_TAPS: return None
+  oh, ow = ((s + 2 * p - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in zip((h, wd), padding, dilation, (kh, kw), stride))
   if oh <= 0 or ow <= 0: return None
+  if stride == (1, 1):
+    if wd + 2 * padding[1] <= PHASE_MAX_WASTE * ow: return None
+  elif dilation == (1, 1) and _phase_taps((kh, kw), stride) <= PHASE_MAX_WASTE * kh * kw: return None
   win = _windows(_padded(x, padding), 1, (kh, kw), stride, dilation, (oh, ow))        # [N, 1, C, OH, OW, kh, kw]
   # (copied with the pixel and tap axes apart: the copy's loops then index without divisions)
   cols = win.reshape((n, c, oh, ow, kh, kw)).permute((0, 2, 3, 1, 4, 5)).contiguous().reshape((n, oh * ow, taps))
@@ -323,7 +369,8 @@ WGRAD_GEMM_MIN_ROWS = 8    # a weight gradient is a GEMM over im2col rows from t
 WGRAD_GEMM_MIN_TAPS = 32   # ... and this many taps (input channels per group x kernel size)
 WGRAD_ROWS_MIN_PIXELS = 512  # ... unless it reduces over padded rows, with no im2col copy: from this many row positions
 PHASE_MAX_WASTE = 1.5  # a strided convolution (forward, weight gradient) runs over its s*s phases where their kernels
-                       # (ceil(k/s)^2 taps each) add at most this factor to the taps; otherwise it is an im2col GEMM
+                       # (ceil(k/s)^2 taps each) add at most this factor to the taps; otherwise it is an im2col GEMM;
+                       # so is a stride-1 one whose padded rows are wider than this factor times its output's
 ROW_VECTOR = 16  # the vector width the row-major convolution rounds its flattened output up to
 
 
@@ -584,6 +631,15 @@ def convolution_backward(ctx, grad, x, w, bias_sizes, stride, padding, dilation,
   g = grad.cast(acc)
   k = tuple(w.shape[2:])
   grad_input = grad_weight = grad_bias = None
+  live = None if transposed or nd != 2 or any(map(is_sym, x.shape)) else \
+    _live_taps(tuple(x.shape[2:]), k, tuple(stride), tuple(padding), tuple(dilation))
+  if live is not None:  # the gradients of the convolution over the live taps (conv above), put back in place
+    xl, wl = _cut_to_live_taps(x, w, live)
+    dx, dw, db = convolution_backward(ctx, grad, xl, wl, bias_sizes, stride, live.padding, dilation, False,
+                                      output_padding, groups, output_mask)
+    if dx is not None: dx = dx.pad([(0, 0), (0, 0), *((-b, -a) for b, a in live.in_pads)])
+    if dw is not None: dw = dw.pad([(0, 0), (0, 0), *((first, kk - end) for (first, end), kk in zip(live.taps, k))])
+    return dx, dw, db
   if transposed:
     # y = conv_transpose(x, w): dx is the plain convolution of dy with w, and dw the weight gradient of
     # that convolution with the roles of input and output gradient swapped
