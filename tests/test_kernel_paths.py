@@ -451,6 +451,25 @@ def test_gemm_register_tile_is_two_vector_registers_wide(n, vectors):
   assert set(upcast) == {0, gemm.opts.vector_axis}
 
 
+@pytest.mark.parametrize("n", [1024, 1000])
+def test_matrix_vector_product_streams_wide_runs_of_each_row(n):
+  """x @ W + b for a single row x and a row-major W (GPT-2's Conv1D layers while decoding): no axis can be blocked
+  beside the SIMD one, so its tile is half the vector registers wide where that divides N into at least four tiles
+  (core/opt.py _wide_simd: each step reads 1 KB of a row on AVX-512, not 128 B); the result matches eager either way."""
+  from torch_uop.runtime.cpu import vector_unit
+  unit = vector_unit()
+  torch.manual_seed(0)
+  x, w, b = torch.randn(1, 768), torch.randn(768, n), torch.randn(n)
+  fn = lambda x, w, b: torch.addmm(b, x, w)
+  with torch_uop.debug.capture() as graphs:
+    out = torch.compile(fn, backend="uop", options=FRESH)(x, w, b)
+  torch.testing.assert_close(out, fn(x, w, b), rtol=1e-4, atol=1e-4)
+  gemv = next(k for k in graphs[0].kernels if any(u.op.name == "REDUCE" for u in k.ast.toposort()))
+  width = dict(gemv.opts.upcast).get(gemv.opts.vector_axis, 0)  # (1000 columns: no whole vectors, no SIMD axis)
+  wide = unit.registers // 2 * unit.lanes
+  assert (width == wide) == (n % wide == 0 and n // wide >= 4), gemv.opts
+
+
 TRANSPOSING_COPIES = [
   # (input shape, view of it that is copied, the loop order the copy runs in)
   ((96, 64), lambda b: b.reshape(96, 2, 32).permute(1, 0, 2), (1, 0, 2)),                  # packing a weight into panels

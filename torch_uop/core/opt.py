@@ -203,6 +203,7 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
       if any(not _depends_on(ld.src[1], r, cache) for ld in loads) and _depends_on(reduces[0], r, cache):
         blockable.append((axis, factor))
     upcast += _fewest_loads_tile(blockable, MAX_UPCAST_AXES - len(upcast), loads, ranges, cache)
+    if vector_axis is not None and len(upcast) == 1: upcast = [(vector_axis, _wide_simd(out_shape[vector_axis], upcast[0][1], vectors))]
   if not reduces: upcast, vector_axis = _transpose_tile(out_shape, nodes, ranges, all_ranges, vectors)
   factors = dict(upcast)
   # (a symbolic size is at least 2 when its variable's range says so; otherwise the split is a guarded decision)
@@ -213,6 +214,21 @@ def heuristic_opts(out_shape: tuple, plain_ast: UOp, vectors: VectorUnit = AVX2)
   if order: looped = [a for a in order if a in looped]
   split = _outermost_axis(looped, ranges, nodes, reduces) if reduces and len(looped) >= 2 else next(iter(looped), None)
   return KernelOpts(tuple(sorted(upcast)), split, vector_axis, loop_order=order)
+
+
+WIDE_SIMD_MIN_TILES = 4  # a widened SIMD tile still leaves this many tiles along its axis to share among threads
+
+
+def _wide_simd(size, width: int, vectors: VectorUnit) -> int:
+  """The SIMD tile's width where no other axis is blocked beside it (a matrix-vector product's single row, a column
+  sum): up to half the registers wide, so each reduce step reads a longer run of each row (1 KB on AVX-512 against
+  the two vectors' 128 B: a row-major weight streamed by a GEMV runs at about twice the bandwidth), where that
+  divides the axis into at least WIDE_SIMD_MIN_TILES tiles; else `width`."""
+  if is_sym(size): return width
+  for vecs in (vectors.registers // 2, vectors.registers // 4):
+    wide = vecs * vectors.lanes
+    if wide > width and size % wide == 0 and size // wide >= WIDE_SIMD_MIN_TILES: return wide
+  return width
 
 
 def _fewest_loads_tile(blockable: list, axes: int, loads: list, ranges: dict, cache: dict) -> list:
