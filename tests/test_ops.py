@@ -941,6 +941,15 @@ def test_dilated_conv_grad(size, kw):
   check_grads_against_eager(lambda x, w, b: F.conv2d(x, w, b, **kw), x, w, b, **GRAD_TOL)
 
 
+def test_grouped_wide_kernel_conv1d_grad():
+  """wav2vec2's positional convolution (a grouped 1-D one whose kernel is longer than the sequence, padded by half of
+  it): an im2col GEMM per group over the taps that read the input; forward and both gradients match eager."""
+  x = make((2, 64, 20)).requires_grad_()
+  w = make((64, 16, 32)).requires_grad_()
+  b = make((64,)).requires_grad_()
+  check_grads_against_eager(lambda x, w, b: F.conv1d(x, w, b, padding=16, groups=4), x, w, b, **GRAD_TOL)
+
+
 @pytest.mark.parametrize("kw", [dict(stride=2, padding=1), dict(stride=(1, 2, 2), output_padding=(0, 1, 1))])
 def test_conv_transpose3d_grad(kw):
   x = make((1, 16, 4, 9, 9)).requires_grad_()

@@ -342,25 +342,27 @@ def _phase_taps(kernel: tuple, stride: tuple) -> int:
 
 
 def _im2col_conv(x: LT, w: LT, stride: tuple, padding: tuple, dilation: tuple, groups: int) -> LT | None:
-  """A dense convolution that the padded-rows kernel would run with more than PHASE_MAX_WASTE times its work, as
-  one GEMM per image over its windows written out as columns (im2col): out[o, p] = sum over t of w[o, t] *
-  cols[p, t], both contiguous along the taps t and the result already in NCHW order. That is a strided one whose
-  phases add taps (3x3 at stride 2: 16 for 9, ResNet's downsampling 3x3s) or that is dilated (no phases), and a
-  stride-1 one whose padded rows are much wider than its output's (a dilated 3x3 of rate 12 over a 16x16 map, DeepLab's
-  ASPP: 40 columns computed for 16). None otherwise (groups, fewer than WGRAD_GEMM_MIN_TAPS taps)."""
+  """A convolution that the padded-rows kernel would run with more than PHASE_MAX_WASTE times its work, as one GEMM
+  per image and group over its windows written out as columns (im2col): out[o, p] = sum over t of w[o, t] *
+  cols[p, t], both contiguous along the taps t and the result already in NCHW order. That is a dense strided one
+  whose phases add taps (3x3 at stride 2: 16 for 9, ResNet's downsampling 3x3s) or that is dilated (no phases), and
+  a stride-1 one whose padded rows are much wider than its output's (a dilated 3x3 of rate 12 over a 16x16 map,
+  DeepLab's ASPP: 40 columns computed for 16; wav2vec2's grouped positional convolution, 128 taps over 49 frames:
+  177 for 50), grouped ones included where each group has WGRAD_GEMM_MIN_ROWS output channels. None otherwise
+  (fewer than WGRAD_GEMM_MIN_TAPS taps per group, a grouped strided one: its phases)."""
   n, c, h, wd = x.shape
   o, cg, kh, kw = w.shape
-  taps = cg * kh * kw
-  if groups != 1 or taps < WGRAD_GEMM_MIN_TAPS: return None
+  taps, og = cg * kh * kw, o // groups
+  if taps < WGRAD_GEMM_MIN_TAPS or (groups != 1 and og < WGRAD_GEMM_MIN_ROWS): return None
   oh, ow = ((s + 2 * p - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in zip((h, wd), padding, dilation, (kh, kw), stride))
   if oh <= 0 or ow <= 0: return None
   if stride == (1, 1):
     if wd + 2 * padding[1] <= PHASE_MAX_WASTE * ow: return None
-  elif dilation == (1, 1) and _phase_taps((kh, kw), stride) <= PHASE_MAX_WASTE * kh * kw: return None
-  win = _windows(_padded(x, padding), 1, (kh, kw), stride, dilation, (oh, ow))        # [N, 1, C, OH, OW, kh, kw]
+  elif groups != 1 or dilation == (1, 1) and _phase_taps((kh, kw), stride) <= PHASE_MAX_WASTE * kh * kw: return None
+  win = _windows(_padded(x, padding), groups, (kh, kw), stride, dilation, (oh, ow))   # [N, G, Cg, OH, OW, kh, kw]
   # (copied with the pixel and tap axes apart: the copy's loops then index without divisions)
-  cols = win.reshape((n, c, oh, ow, kh, kw)).permute((0, 2, 3, 1, 4, 5)).contiguous().reshape((n, oh * ow, taps))
-  out = matmul(w.reshape((1, o, taps)).expand((n, o, taps)), cols.transpose(1, 2))    # [N, O, OH*OW]
+  cols = win.permute((0, 1, 3, 4, 2, 5, 6)).contiguous().reshape((n, groups, oh * ow, taps))
+  out = matmul(w.reshape((1, groups, og, taps)).expand((n, groups, og, taps)), cols.transpose(2, 3))  # [N, G, Og, P]
   return out.reshape((n, o, oh, ow))
 
 
