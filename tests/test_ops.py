@@ -950,6 +950,16 @@ def test_grouped_wide_kernel_conv1d_grad():
   check_grads_against_eager(lambda x, w, b: F.conv1d(x, w, b, padding=16, groups=4), x, w, b, **GRAD_TOL)
 
 
+@pytest.mark.parametrize("dim", [0, 2, -1])
+def test_weight_norm_grad(dim):
+  """torch.nn.utils.weight_norm's op (w = g * v / |v|, the norm over every dim but `dim`, as in wav2vec2's positional
+  convolution): its backward is lowered, no fallback; the gradients of v and g match eager."""
+  v = make((12, 8, 5)).requires_grad_()
+  g = make((12, 1, 1) if dim == 0 else (1, 1, 5)).requires_grad_()
+  x = make((2, 8, 20))
+  check_grads_against_eager(lambda v, g, x: F.conv1d(x, torch._weight_norm(v, g, dim), padding=2), v, g, x, **GRAD_TOL)
+
+
 @pytest.mark.parametrize("kw", [dict(stride=2, padding=1), dict(stride=(1, 2, 2), output_padding=(0, 1, 1))])
 def test_conv_transpose3d_grad(kw):
   x = make((1, 16, 4, 9, 9)).requires_grad_()

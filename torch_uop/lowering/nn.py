@@ -1,6 +1,6 @@
 """Neural-network lowerings that decompositions leave whole: embedding (and its backward),
 max and average pooling (and their backwards), adaptive pooling, scaled dot-product attention
-(forward and backward), and nearest-neighbour resizing (and its backward).
+(forward and backward), nearest-neighbour resizing (and its backward), and weight normalization's backward.
 
 The gradients of gathers are written as gathers plus sums rather than scatters, so they stay ordinary,
 race-free kernels: the embedding gradient sums each output row over the tokens equal to it, and
@@ -214,6 +214,18 @@ def avg_pool2d_backward(ctx, grad, x, kernel, stride, padding, ceil_mode, count_
       total = term if total is None else total + term
   out = total.cast(ctx.dtype)
   return out.reshape((c, h, w)) if unbatched else out
+
+
+@register(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(ctx, grad_w, v, g, norms, dim):
+  """w = g * v / |v|, the norm over every dim but `dim` (g and norms keep size 1 there): the gradients of g, the
+  sum of grad_w * v over those dims / |v|, and of v, g / |v| * (grad_w - v * grad_g / |v|)."""
+  acc = compute_dtype(grad_w.dtype)
+  gw, v, g, norms = grad_w.cast(acc), v.cast(acc), g.cast(acc), norms.cast(acc)
+  others = tuple(i for i in range(v.ndim) if i != dim % v.ndim)
+  grad_g = (gw * v).sum(others, keepdim=True) / norms
+  grad_v = g / norms * (gw - v * (grad_g / norms))
+  return grad_v.cast(ctx.dtype_of(0)), grad_g.cast(ctx.dtype_of(1))
 
 
 @register(aten._adaptive_avg_pool2d_backward.default)
