@@ -941,6 +941,29 @@ def test_dilated_conv_grad(size, kw):
   check_grads_against_eager(lambda x, w, b: F.conv2d(x, w, b, **kw), x, w, b, **GRAD_TOL)
 
 
+@pytest.mark.parametrize("mode,size", [("bilinear", (40, 36)), ("bicubic", (13, 24)), ("bilinear", (5, 3))])
+def test_resize_grad(mode, size):
+  """A bilinear (bicubic) resize's gradient is index_put with accumulation over a row and a column index, [H, 1] and
+  [W], summed one dim at a time (movement._index_add_by_dim): it matches eager, upsampling and downsampling."""
+  x = make((2, 6, 9, 8)).requires_grad_()
+  check_grads_against_eager(lambda x: F.interpolate(x, size=size, mode=mode, align_corners=False), x, **GRAD_TOL)
+
+
+def test_index_put_accumulate_outer_product_indices():
+  """x[:, rows, cols] += v with rows [R, 1] and cols [C] (negative and repeated entries among them) sums each
+  entry once per time it is named, as eager does; a third index over another axis, [1, 1, D], too."""
+  x = make((3, 7, 6, 5))
+  rows = torch.tensor([[0], [6], [-1], [2], [2]])
+  cols = torch.tensor([5, 0, 0, -3])
+  v = make((3, 5, 4, 5))
+  check_against_eager(lambda x, v: torch.ops.aten.index_put(x, [None, rows, cols], v, True), x, v, rtol=1e-5, atol=1e-5)
+  deep = torch.tensor([[[4, -5, 4]]])
+  v3 = make((5, 4, 3))
+  check_against_eager(lambda x, v: torch.index_put(x, (torch.tensor([1, 1, 2, 0, -1]).reshape(5, 1, 1),
+                                                      cols.reshape(1, 4, 1), deep), v, accumulate=True), x[0], v3,
+                      rtol=1e-5, atol=1e-5)
+
+
 def test_grouped_wide_kernel_conv1d_grad():
   """wav2vec2's positional convolution (a grouped 1-D one whose kernel is longer than the sequence, padded by half of
   it): an im2col GEMM per group over the taps that read the input; forward and both gradients match eager."""

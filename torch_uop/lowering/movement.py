@@ -365,6 +365,8 @@ def _index_put(ctx, x, indices, values, accumulate: bool, check: bool):
   before = [d for d in rest if d < pos[0]] if adjacent else []
   after = [d for d in rest if d not in before]
   sel_shape = tuple(x.shape[d] for d in before) + bshape + tuple(x.shape[d] for d in after)
+  if accumulate and adjacent and not x.dtype.is_bool and _separable(indices, pos, bshape):
+    return _index_add_by_dim(ctx, x, indices, pos, values.broadcast_to(sel_shape), len(before), check)
   full = (*x.shape, mcount)
   # values as [*x.shape with indexed dims 1, M]
   v = values.cast(x.dtype).broadcast_to(sel_shape)
@@ -389,6 +391,41 @@ def _index_put(ctx, x, indices, values, accumulate: bool, check: bool):
   last = hits.where(j, -1).max((x.ndim,), keepdim=True)                                 # the last write wins
   picked = v.gather_nd(tuple(range(x.ndim)) + (("idx", 0),), [last.maximum(0)])
   return (last >= 0).where(picked, x.unsqueeze(x.ndim)).reshape(x.shape)
+
+
+def _separable(indices: list, pos: list, bshape: tuple) -> bool:
+  """Whether several index tensors select an outer product: index t varies only along axis t of their broadcast
+  shape (a bilinear resize's row and column indices, [H, 1] and [W]), so a position hit by entry (m_1, .., m_k)
+  is hit along each dim apart."""
+  if len(pos) < 2 or len(bshape) != len(pos): return False
+  for t, d in enumerate(pos):
+    shape = (1,) * (len(bshape) - indices[d].ndim) + tuple(indices[d].shape)
+    if any(s != 1 for a, s in enumerate(shape) if a != t): return False
+  return True
+
+
+def _index_add_by_dim(ctx, x: LT, indices: list, pos: list, values: LT, nb: int, check: bool) -> LT:
+  """x[i_1, .., i_k] += values for separable indices (_separable) at adjacent dims pos, values [*x's dims before
+  pos (nb of them), M_1, .., M_k, *x's dims after]: the sum over each entry axis M_t into x's dim pos[t], one dim
+  at a time (a GEMM with the M_t x N_t one-hot matrix of index t), instead of over all M_1 * .. * M_k entries at
+  every position of x (a bilinear resize's gradient from 128x128 to 16x16: two GEMMs of K = 128, not a sum over
+  16384 entries at each of x's 256 positions per channel)."""
+  from torch_uop.lowering.linalg import matmul   # (linalg imports this module)
+  acc = x.dtype if not x.dtype.is_float or x.dtype.itemsize >= 4 else dtypes.float32
+  v = values.cast(acc)
+  for t, d in enumerate(pos):
+    n, axis = x.shape[d], nb + t
+    m = v.shape[axis]
+    if check: ctx.check_index(indices[d], n, d, wraps=True)
+    i = indices[d].cast(dtypes.int64).reshape((m, 1))
+    i = (i < 0).where(i + n, i)
+    one_hot = i.broadcast_to((m, n)).eq(LT.iota_along((m, n), 1)).cast(acc)          # [M_t, N_t]
+    order = tuple(a for a in range(v.ndim) if a != axis) + (axis,)
+    rows = v.permute(order)
+    summed = matmul(rows.reshape((math.prod(rows.shape[:-1]), m)), one_hot)          # a GEMM over the entries
+    back = tuple(order.index(a) for a in range(v.ndim))
+    v = summed.reshape(rows.shape[:-1] + (n,)).permute(back)
+  return (x.cast(acc) + v).cast(x.dtype)
 
 
 @register(aten.diagonal.default, aten.diagonal_copy.default)
