@@ -1,7 +1,8 @@
 """Real library models through backend="uop": the zoo's "tiny" sizes (torch_uop/testing/zoo.py).
 
 transformers decoders (GPT-2, LLaMA, Qwen2) and encoders (BERT, T5, ViT), a torchvision ResNet, timm's DeiT and
-ConvNeXt, and from the models beyond the zoo of record Whisper's encoder, Swin-T and DenseNet-121, each in inference (no_grad) and one training step (the zoo's loss, backward), compared with
+ConvNeXt, and from the models beyond the zoo of record Whisper's encoder, Swin-T, DenseNet-121, R3D-18, DeepLabV3,
+SegFormer and wav2vec2, each in inference (no_grad) and one training step (the zoo's loss, backward), compared with
 eager: the main output and every parameter gradient, and no ATen fallback. A model whose library
 cannot be imported is skipped, saying which.
 """
@@ -15,7 +16,9 @@ from torch_uop.testing import zoo
 RTOL, ATOL_SCALE = 1e-4, 1e-4
 
 MODELS = ["gpt2", "llama", "qwen2", "bert", "t5_encoder", "vit", "resnet18", "deit_tiny", "convnext_atto",
-          "whisper_encoder", "swin_t", "densenet121"]  # (the last three from the "more" set: 1-D convs, windows, concats)
+          # from the "more" set: 1-D convolutions, windows, concats, 3-D convolutions, dilated convolutions and
+          # resizes, resizes' gradients, a weight-normed grouped convolution
+          "whisper_encoder", "swin_t", "densenet121", "r3d_18", "deeplabv3_mnv3", "segformer", "wav2vec2"]
 # (model, mode) -> why it falls back, for a strict xfail; none now
 KNOWN_FALLBACKS: dict = {}
 

@@ -72,12 +72,13 @@ def library_missing(library: str) -> str | None:
 
 def main_output(out) -> torch.Tensor:
   """The tensor a model's output stands for: a transformers model's last_hidden_state, a diffusers UNet's
-  sample, the first element of a tuple, or the tensor itself."""
+  sample, the first element of a tuple (or of a dict: a torchvision segmentation model's "out"), or the tensor itself."""
   if isinstance(out, torch.Tensor): return out
   for key in ("last_hidden_state", "sample"):
     value = getattr(out, key, None)
     if isinstance(value, torch.Tensor): return value
   if isinstance(out, (tuple, list)) or hasattr(out, "to_tuple"): return main_output(out[0])
+  if isinstance(out, dict) and out: return main_output(next(iter(out.values())))  # torchvision segmentation's "out"
   raise TypeError(f"no main output tensor in a {type(out).__name__}")
 
 
@@ -303,6 +304,37 @@ def _unet64(size):
   return model, (torch.randn(1, 4, 64, 64), t, torch.randn(1, 77, 768))  # 4096 latent pixels, a 77-token prompt
 
 
+def _r3d_18(size):  # a video ResNet: 3-D convolutions throughout
+  models = import_torchvision().models.video
+  frames, px = (8, 112) if size == "real" else (4, 32)
+  return models.r3d_18(**({} if size == "real" else dict(num_classes=10))), (torch.randn(1, 3, frames, px, px),)
+
+
+def _deeplab(size):  # dilated convolutions (ASPP rates 12, 24, 36 over a 16x16 map at 256 px), bilinear resizes
+  models = import_torchvision().models.segmentation
+  model = models.deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=21 if size == "real" else 4)
+  return model, (_image(size, 256, 64),)
+
+
+def _segformer(size):
+  import_torchvision()
+  from transformers import SegformerConfig, SegformerForSemanticSegmentation
+  if size == "real": cfg = SegformerConfig()  # mit-b0 widths
+  else: cfg = SegformerConfig(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 1, 2, 4],
+                              decoder_hidden_size=64, num_labels=4)
+  return SegformerForSemanticSegmentation(cfg), (_image(size, 256, 64),)
+
+
+def _wav2vec2(size):
+  import_torchvision()
+  from transformers import Wav2Vec2Config, Wav2Vec2Model
+  if size == "real": cfg, samples = Wav2Vec2Config(num_hidden_layers=2), 16000  # wav2vec2-base widths, 1 s of audio
+  else:
+    cfg, samples = Wav2Vec2Config(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128,
+                                  conv_dim=(32,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4), 4000
+  return Wav2Vec2Model(cfg), (torch.randn(1, samples),)
+
+
 # ----- kernels -----
 
 class ScaledSoftmax(nn.Module):
@@ -364,6 +396,13 @@ ZOO: dict[str, ZooEntry] = dict([
          "whole net, 64px", "more"),
   _entry("unet_64", "diffusers", _unet64, "the zoo's UNet at 1x4x64x64 latents, 77 text tokens (4096-token self-attention)",
          "as the zoo's tiny UNet", "more"),
+  _entry("r3d_18", "torchvision", _r3d_18, "torchvision video r3d_18 (3-D convolutions), 1x3x8x112x112", "4 frames, 32px", "more"),
+  _entry("deeplabv3_mnv3", "torchvision", _deeplab, "torchvision deeplabv3_mobilenet_v3_large (dilated ASPP), 1x3x256x256",
+         "4 classes, 64px", "more"),
+  _entry("segformer", "transformers", _segformer, "SegformerForSemanticSegmentation (mit-b0 widths; bilinear resizes), "
+         "1x3x256x256", "1 block per stage, dims 16-128, 64px", "more"),
+  _entry("wav2vec2", "transformers", _wav2vec2, "Wav2Vec2Model (wav2vec2-base widths), 2 layers, 1 s of 16 kHz audio "
+         "(7 strided 1-D convolutions, a weight-normed grouped one)", "1 layer, d=64, 4000 samples", "more"),
   _entry("softmax", "torch", _softmax, "softmax(x*0.125, -1) over 4096x1024 float32", "64x128", "kernels",
          lambda size: 2 * 4 * SOFTMAX_SHAPE[size][0] * SOFTMAX_SHAPE[size][1]),
   _entry("pointwise", "torch", _pointwise, "tanh(a)*sigmoid(b)+sqrt(abs(a-b))*0.5 over 4M float32", "4096 float32", "kernels",
