@@ -983,6 +983,17 @@ def test_weight_norm_grad(dim):
   check_grads_against_eager(lambda v, g, x: F.conv1d(x, torch._weight_norm(v, g, dim), padding=2), v, g, x, **GRAD_TOL)
 
 
+@pytest.mark.parametrize("fn,x_shape,w_shape,stride", [
+  (F.conv_transpose1d, (2, 16, 9), (16, 8, 4), 4),
+  (F.conv_transpose2d, (2, 16, 5, 7), (16, 8, 2, 3), (2, 3)),          # a UNet's 2x2 upsampling, a rectangular one
+  (F.conv_transpose3d, (1, 16, 3, 4, 5), (16, 8, 2, 2, 2), 2)])
+def test_patch_conv_transpose_grad(fn, x_shape, w_shape, stride):
+  """A transposed convolution whose kernel equals its stride (no padding) is one GEMM with its blocks put in place
+  (linalg._patch_conv_transpose): forward, with a bias, and both gradients match eager."""
+  x, w, b = make(x_shape).requires_grad_(), make(w_shape).requires_grad_(), make((w_shape[1],)).requires_grad_()
+  check_grads_against_eager(lambda x, w, b: fn(x, w, b, stride=stride), x, w, b, **GRAD_TOL)
+
+
 @pytest.mark.parametrize("kw", [dict(stride=2, padding=1), dict(stride=(1, 2, 2), output_padding=(0, 1, 1))])
 def test_conv_transpose3d_grad(kw):
   x = make((1, 16, 4, 9, 9)).requires_grad_()

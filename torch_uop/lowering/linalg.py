@@ -465,11 +465,31 @@ def _zero_stuff(x: LT, stride) -> LT:
   return y.shrink([(0, n), (0, c)] + [(0, (s - 1) * st + 1) for s, st in zip(sp, stride)])
 
 
+def _patch_conv_transpose(x: LT, w: LT) -> LT:
+  """A transposed convolution whose kernel equals its stride, with no padding (a UNet's 2x2 or 2x2x2 upsampling
+  at stride 2): each input pixel writes its own k-sized block, out[n, o, s*i + a] = sum over c of x[n, c, i] *
+  w[c, o, a], so it is one GEMM, [N*pixels, C] @ [C, O*taps], its result's blocks put in place by a view, instead
+  of a convolution over the input with s - 1 zeros stuffed between pixels (s^nd times the products)."""
+  n, c, *sp = x.shape
+  _, o, *k = w.shape
+  nd, taps = len(sp), math.prod(k)
+  rows = x.permute((0, *range(2, 2 + nd), 1)).reshape((n * math.prod(sp), c))
+  out = matmul(rows, w.reshape((c, o * taps)))                                          # [N*pixels, O*taps]
+  out = out.reshape((n, *sp, o, *k))
+  order = (0, nd + 1, *[a for i in range(nd) for a in (1 + i, nd + 2 + i)])            # [N, O, S1, k1, S2, k2, ..]
+  return out.permute(order).reshape((n, o, *[si * ki for si, ki in zip(sp, k)]))
+
+
 def conv_transpose(x: LT, w: LT, stride, padding, dilation, output_padding, groups: int) -> LT:
   """x [N, Cin, *sp], w [Cin, Cout/groups, *k] -> [N, Cout, *out]."""
   nd = x.ndim - 2
   cin, cog, *k = w.shape
   cig = cin // groups
+  stride, padding, dilation, output_padding = (tuple(v) * (nd if len(v) == 1 else 1)
+                                               for v in (stride, padding, dilation, output_padding))
+  if groups == 1 and tuple(k) == stride and not any(padding) and not any(output_padding) and all(d == 1 for d in dilation) \
+     and not any(map(is_sym, x.shape)):
+    return _patch_conv_transpose(x.cast(compute_dtype(x.dtype)), w.cast(compute_dtype(x.dtype)))
   y = _zero_stuff(x.cast(compute_dtype(x.dtype)), stride)
   pads = [(0, 0), (0, 0)]
   for kk, d, p, op in zip(k, dilation, padding, output_padding):
