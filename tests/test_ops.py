@@ -994,6 +994,19 @@ def test_patch_conv_transpose_grad(fn, x_shape, w_shape, stride):
   check_grads_against_eager(lambda x, w, b: fn(x, w, b, stride=stride), x, w, b, **GRAD_TOL)
 
 
+@pytest.mark.parametrize("fn,w_shape,kw", [
+  (F.conv_transpose2d, (16, 8, 4, 4), dict(stride=2, padding=1)),                        # a DCGAN generator's upsampling
+  (F.conv_transpose2d, (16, 4, 3, 3), dict(stride=(2, 3), padding=(1, 0), output_padding=(1, 2), groups=2)),
+  (F.conv_transpose3d, (16, 8, 3, 3, 3), dict(stride=(2, 1, 1), padding=1)),
+  (F.conv_transpose3d, (16, 8, 3, 1, 1), dict(stride=(3, 1, 1), padding=(1, 0, 0), output_padding=(2, 0, 0)))])
+def test_strided_conv_transpose_by_phases_grad(fn, w_shape, kw):
+  """A strided transposed convolution is the input gradient of the convolution it transposes, computed phase by phase
+  (3-D: over the depth taps, folded back): forward and both gradients match eager."""
+  x = make((2, 16, *((3,) if fn is F.conv_transpose3d else ()), 6, 7)).requires_grad_()
+  w = make(w_shape).requires_grad_()
+  check_grads_against_eager(lambda x, w: fn(x, w, **kw), x, w, **GRAD_TOL)
+
+
 @pytest.mark.parametrize("kw", [dict(stride=2, padding=1), dict(stride=(1, 2, 2), output_padding=(0, 1, 1))])
 def test_conv_transpose3d_grad(kw):
   x = make((1, 16, 4, 9, 9)).requires_grad_()

@@ -490,6 +490,12 @@ def conv_transpose(x: LT, w: LT, stride, padding, dilation, output_padding, grou
   if groups == 1 and tuple(k) == stride and not any(padding) and not any(output_padding) and all(d == 1 for d in dilation) \
      and not any(map(is_sym, x.shape)):
     return _patch_conv_transpose(x.cast(compute_dtype(x.dtype)), w.cast(compute_dtype(x.dtype)))
+  if nd in (2, 3) and any(st > 1 for st in stride) and all(d == 1 for d in dilation) and not any(map(is_sym, x.shape)):
+    # it is the input gradient of the strided convolution it transposes: computed phase by phase (_conv_input_grad),
+    # not over the input with s - 1 zeros stuffed between pixels
+    size = tuple((i - 1) * st - 2 * p + kk + op for i, st, p, kk, op in zip(x.shape[2:], stride, padding, k, output_padding))
+    acc = compute_dtype(x.dtype)
+    return _conv_input_grad(x.cast(acc), w.cast(acc), size, stride, padding, dilation, groups)
   y = _zero_stuff(x.cast(compute_dtype(x.dtype)), stride)
   pads = [(0, 0), (0, 0)]
   for kk, d, p, op in zip(k, dilation, padding, output_padding):
