@@ -9,9 +9,10 @@ padded rows (strided ones over their s*s phases). A 1-D convolution is a 2-D one
 planes written out side by side), so both take those paths, in forward and backward. Otherwise (symbolic sizes,
 few channels) it is the window view: the padded input seen as `[N, G, 1, Cg, *out, *kernel]` through `as_strided`
 (no copy) times the weight `[1, G, Og, Cg, 1.., *kernel]`, summed over `(Cg, *kernel)`. The input gradient of a
-strided 2-D convolution is a stride-1 convolution per phase; otherwise, and for transposed convolution, a
-convolution of the zero-stuffed input with the flipped, transposed weight; a 3-D one's is the 2-D one's summed back
-onto the depth planes. The weight gradient reduces over padded rows or im2col rows, or the window view times the
+strided 2-D convolution is a stride-1 convolution per phase, a 3-D one's the 2-D one's summed back onto the depth
+planes; otherwise a convolution of the zero-stuffed input with the flipped, transposed weight. A transposed
+convolution is one GEMM where its kernel equals its stride (no padding), the input gradient above where it is
+strided (no dilation), else that zero-stuffed convolution. The weight gradient reduces over padded rows or im2col rows, or the window view times the
 output gradient, summed over batch and output positions.
 """
 from __future__ import annotations
@@ -279,13 +280,18 @@ def _cut_to_live_taps(x: LT, w: LT, live: LiveTaps) -> tuple[LT, LT]:
   return x, w
 
 
+def _per_dim(nd: int, *params) -> tuple:
+  """Convolution parameters (stride, padding, ...) as tuples of one value per spatial dim (a single value repeated)."""
+  return tuple(tuple(v) * (nd if len(v) == 1 else 1) for v in params)
+
+
 def conv(x: LT, w: LT, stride, padding, dilation, groups: int) -> LT:
   """Direct convolution: x [N, C, *sp], w [O, C/groups, *k] -> [N, O, *out] in the accumulation dtype."""
   nd = x.ndim - 2
   n, c, *sp = x.shape
   o, cg, *k = w.shape
   acc = compute_dtype(x.dtype)
-  stride, padding, dilation = (tuple(v) * (nd if len(v) == 1 else 1) for v in (stride, padding, dilation))
+  stride, padding, dilation = _per_dim(nd, stride, padding, dilation)
   if nd == 1:  # a 1-D convolution is a 2-D one over a single row, so the 2-D paths below apply to it
     return _without_row(conv(_one_row(x), _one_row(w), *_one_row_params(stride, padding, dilation)[:3], groups))
   if nd == 3 and not any(map(is_sym, x.shape)):  # a 3-D one is a 2-D one over its depth taps (_depth_as_channels)
@@ -481,12 +487,13 @@ def _patch_conv_transpose(x: LT, w: LT) -> LT:
 
 
 def conv_transpose(x: LT, w: LT, stride, padding, dilation, output_padding, groups: int) -> LT:
-  """x [N, Cin, *sp], w [Cin, Cout/groups, *k] -> [N, Cout, *out]."""
+  """x [N, Cin, *sp], w [Cin, Cout/groups, *k] -> [N, Cout, *out]: one GEMM where the kernel equals the stride
+  (_patch_conv_transpose), the strided convolution's input gradient where that applies, else a convolution of the
+  zero-stuffed, padded input with the flipped weight."""
   nd = x.ndim - 2
   cin, cog, *k = w.shape
   cig = cin // groups
-  stride, padding, dilation, output_padding = (tuple(v) * (nd if len(v) == 1 else 1)
-                                               for v in (stride, padding, dilation, output_padding))
+  stride, padding, dilation, output_padding = _per_dim(nd, stride, padding, dilation, output_padding)
   if groups == 1 and tuple(k) == stride and not any(padding) and not any(output_padding) and all(d == 1 for d in dilation) \
      and not any(map(is_sym, x.shape)):
     return _patch_conv_transpose(x.cast(compute_dtype(x.dtype)), w.cast(compute_dtype(x.dtype)))

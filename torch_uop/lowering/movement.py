@@ -273,6 +273,11 @@ def index(ctx, x, indices):
   return x.gather_nd(tuple(sources), idx_lts)
 
 
+def _sum_dtype(dt):
+  """The dtype scatter-adds and accumulating index_puts sum in: float32 for floats narrower than it, else dt."""
+  return dtypes.float32 if dt.is_float and dt.itemsize < 4 else dt
+
+
 def _scatter_hits(x: LT, dim: int, index: LT) -> LT:
   """[*x.shape, m] bool: output position p receives the m-th index entry along dim
   (index[p with p[dim] := j] == p[dim], and p lies within index's extent in the other dims)."""
@@ -304,7 +309,7 @@ def scatter(ctx, x, dim, index, src):
   pads = [(0, 0) if d == dim else (0, x.shape[d] - index.shape[d]) for d in range(x.ndim)]
   src_v = src_v.pad(pads).unsqueeze(x.ndim).transpose(dim, x.ndim).broadcast_to(full)
   if ctx.node.target is aten.scatter_add.default:
-    acc = x.dtype if not x.dtype.is_float else (x.dtype if x.dtype.itemsize >= 4 else dtypes.float32)
+    acc = _sum_dtype(x.dtype)
     added = hits.where(src_v.cast(acc), 0).sum((x.ndim,), keepdim=False)
     return (x.cast(acc) + added).cast(x.dtype)
   # several entries naming one position: eager keeps one of them; take the last
@@ -384,7 +389,7 @@ def _index_put(ctx, x, indices, values, accumulate: bool, check: bool):
     h = i.eq(p)
     hits = h if hits is None else hits & h
   if accumulate:
-    acc = x.dtype if not x.dtype.is_float or x.dtype.itemsize >= 4 else dtypes.float32
+    acc = _sum_dtype(x.dtype)
     if x.dtype.is_bool: return x | (hits & v).max((x.ndim,), keepdim=False)
     return (x.cast(acc) + hits.where(v.cast(acc), 0).sum((x.ndim,), keepdim=False)).cast(x.dtype)
   j = LT.iota(mcount).reshape((1,) * x.ndim + (mcount,)).broadcast_to(full)
@@ -411,7 +416,7 @@ def _index_add_by_dim(ctx, x: LT, indices: list, pos: list, values: LT, nb: int,
   every position of x (a bilinear resize's gradient from 128x128 to 16x16: two GEMMs of K = 128, not a sum over
   16384 entries at each of x's 256 positions per channel)."""
   from torch_uop.lowering.linalg import matmul   # (linalg imports this module)
-  acc = x.dtype if not x.dtype.is_float or x.dtype.itemsize >= 4 else dtypes.float32
+  acc = _sum_dtype(x.dtype)
   v = values.cast(acc)
   for t, d in enumerate(pos):
     n, axis = x.shape[d], nb + t
